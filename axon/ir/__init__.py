@@ -1,0 +1,29 @@
+"""Tensor-program IR: graphs with symbolic dimensions, the tracing frontend, the NumPy reference."""
+
+from axon.ir.builder import GraphBuilder, broadcast_shapes, infer_type
+from axon.ir.dims import Dim, parse_dim, parse_shape, shape_str
+from axon.ir.evaluate import evaluate, random_inputs
+from axon.ir.graph import DTYPE_BYTES, DTYPES, Graph, Node, TensorType
+from axon.ir.stats import flops, matmul_flops, min_bytes
+from axon.ir.trace import trace
+
+__all__ = [
+    "DTYPES",
+    "DTYPE_BYTES",
+    "Dim",
+    "Graph",
+    "GraphBuilder",
+    "Node",
+    "TensorType",
+    "broadcast_shapes",
+    "evaluate",
+    "flops",
+    "infer_type",
+    "matmul_flops",
+    "min_bytes",
+    "parse_dim",
+    "parse_shape",
+    "random_inputs",
+    "shape_str",
+    "trace",
+]

@@ -1,0 +1,391 @@
+"""The NumPy-like tracing frontend: `Tensor` proxies that record operations into a GraphBuilder.
+
+Users write specs against `axon.spec` (which re-exports this module's functions). No tracing state is
+global: every `Tensor` knows the builder it belongs to.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from axon.errors import SpecError
+from axon.ir.builder import GraphBuilder
+from axon.ir.dims import Dim, DimLike, parse_shape
+
+_AXON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _where() -> str:
+    """`file:line` of the innermost frame outside the axon package (the user's spec line)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_AXON_DIR + os.sep) or os.sep + "workloads" + os.sep in filename:
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+class Tensor:
+    """A traced value. Supports + - * / ** @, comparisons are not traced, indexing slices axes."""
+
+    __array_priority__ = 1000  # make numpy scalars defer to our operators
+
+    def __init__(self, builder: GraphBuilder, node: int) -> None:
+        self._b = builder
+        self._node = node
+
+    # basic properties -----------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[Dim, ...]:
+        return self._b.nodes[self._node].type.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> str:
+        return self._b.nodes[self._node].type.dtype
+
+    def size(self, axis: int) -> "Tensor":
+        """The extent of `axis` as a scalar tensor (for 1/K, 1/sqrt(d), ...)."""
+        return dimsize(self, axis)
+
+    @property
+    def T(self) -> "Tensor":
+        return transpose(self)
+
+    def __repr__(self) -> str:
+        node = self._b.nodes[self._node]
+        return f"<Tensor %{node.id} {node.op} {node.type}>"
+
+    def __bool__(self) -> bool:
+        raise SpecError("a traced tensor has no truth value (data-dependent control flow is not supported)")
+
+    # operators ------------------------------------------------------------------------------------
+    def __add__(self, o: Any) -> "Tensor":
+        return add(self, o)
+
+    def __radd__(self, o: Any) -> "Tensor":
+        return add(o, self)
+
+    def __sub__(self, o: Any) -> "Tensor":
+        return subtract(self, o)
+
+    def __rsub__(self, o: Any) -> "Tensor":
+        return subtract(o, self)
+
+    def __mul__(self, o: Any) -> "Tensor":
+        return multiply(self, o)
+
+    def __rmul__(self, o: Any) -> "Tensor":
+        return multiply(o, self)
+
+    def __truediv__(self, o: Any) -> "Tensor":
+        return divide(self, o)
+
+    def __rtruediv__(self, o: Any) -> "Tensor":
+        return divide(o, self)
+
+    def __matmul__(self, o: Any) -> "Tensor":
+        return matmul(self, o)
+
+    def __rmatmul__(self, o: Any) -> "Tensor":
+        return matmul(o, self)
+
+    def __neg__(self) -> "Tensor":
+        return _unary("neg", self)
+
+    def __pow__(self, p: Any) -> "Tensor":
+        return power(self, p)
+
+    def __getitem__(self, index: Any) -> "Tensor":
+        return _getitem(self, index)
+
+    # methods --------------------------------------------------------------------------------------
+    def sum(self, axis: int = -1, keepdims: bool = True) -> "Tensor":
+        return sum(self, axis, keepdims)
+
+    def max(self, axis: int = -1, keepdims: bool = True) -> "Tensor":
+        return max(self, axis, keepdims)
+
+    def mean(self, axis: int = -1, keepdims: bool = True) -> "Tensor":
+        return mean(self, axis, keepdims)
+
+    def reshape(self, *shape: Any) -> "Tensor":
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return reshape(self, shape)
+
+    def transpose(self, *axes: int) -> "Tensor":
+        return transpose(self, axes or None)
+
+
+def _lift(value: Any, like: Tensor) -> Tensor:
+    if isinstance(value, Tensor):
+        if value._b is not like._b:
+            raise SpecError("tensors from two different traces were mixed")
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Tensor(like._b, like._b.const(float(value)))
+    if isinstance(value, Dim):
+        return Tensor(like._b, like._b.add("dimsize", (), _where(), dim=value))
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        return Tensor(like._b, like._b.const(float(value.item())))
+    raise SpecError(f"cannot use {type(value).__name__} {value!r} in a traced expression (at {_where()})")
+
+
+def _first_tensor(*values: Any) -> Tensor:
+    for v in values:
+        if isinstance(v, Tensor):
+            return v
+    raise SpecError(f"expected a traced tensor among {values!r} (at {_where()})")
+
+
+def _node(b: GraphBuilder, op: str, ins: Sequence[Tensor], **attrs: Any) -> Tensor:
+    return Tensor(b, b.add(op, [t._node for t in ins], _where(), **attrs))
+
+
+def _unary(op: str, x: Any) -> Tensor:
+    x = _first_tensor(x)
+    return _node(x._b, op, [x])
+
+
+def _binary(op: str, a: Any, b: Any) -> Tensor:
+    t = _first_tensor(a, b)
+    return _node(t._b, op, [_lift(a, t), _lift(b, t)])
+
+
+# elementwise ------------------------------------------------------------------------------------
+def exp(x: Tensor) -> Tensor:
+    return _unary("exp", x)
+
+
+def log(x: Tensor) -> Tensor:
+    return _unary("log", x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return _unary("sqrt", x)
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    return _unary("rsqrt", x)
+
+
+def reciprocal(x: Tensor) -> Tensor:
+    return _unary("reciprocal", x)
+
+
+def square(x: Tensor) -> Tensor:
+    return _unary("square", x)
+
+
+def negative(x: Tensor) -> Tensor:
+    return _unary("neg", x)
+
+
+def abs(x: Tensor) -> Tensor:  # noqa: A001 - mirrors numpy's name
+    return _unary("abs", x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return _unary("tanh", x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return _unary("sigmoid", x)
+
+
+def silu(x: Tensor) -> Tensor:
+    return _unary("silu", x)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, tanh approximation."""
+    return _unary("gelu", x)
+
+
+def relu(x: Tensor) -> Tensor:
+    return _unary("relu", x)
+
+
+def add(a: Any, b: Any) -> Tensor:
+    return _binary("add", a, b)
+
+
+def subtract(a: Any, b: Any) -> Tensor:
+    return _binary("sub", a, b)
+
+
+def multiply(a: Any, b: Any) -> Tensor:
+    return _binary("mul", a, b)
+
+
+def divide(a: Any, b: Any) -> Tensor:
+    return _binary("div", a, b)
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    return _binary("maximum", a, b)
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    return _binary("minimum", a, b)
+
+
+def power(x: Tensor, p: Any) -> Tensor:
+    """`x ** p` for a constant exponent (2 becomes square, 0.5 sqrt, -0.5 rsqrt, -1 reciprocal)."""
+    if not isinstance(p, (int, float)) or isinstance(p, bool):
+        raise SpecError(f"power: the exponent must be a constant number, got {p!r} (at {_where()})")
+    special = {1: None, 2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "reciprocal"}
+    if p in special:
+        return x if special[p] is None else _unary(special[p], x)
+    return _node(x._b, "pow", [x], exponent=float(p))
+
+
+def cast(x: Tensor, dtype: str) -> Tensor:
+    return _node(x._b, "cast", [x], dtype=dtype)
+
+
+# reductions -------------------------------------------------------------------------------------
+def _reduce(kind: str, x: Tensor, axis: int, keepdims: bool) -> Tensor:
+    return _node(x._b, "reduce", [x], kind=kind, axis=axis, keepdims=bool(keepdims))
+
+
+def sum(x: Tensor, axis: int = -1, keepdims: bool = True) -> Tensor:  # noqa: A001
+    return _reduce("sum", x, axis, keepdims)
+
+
+def max(x: Tensor, axis: int = -1, keepdims: bool = True) -> Tensor:  # noqa: A001
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x: Tensor, axis: int = -1, keepdims: bool = True) -> Tensor:  # noqa: A001
+    return _reduce("min", x, axis, keepdims)
+
+
+def dimsize(x: Tensor, axis: int) -> Tensor:
+    """The size of `x` along `axis`, as a scalar."""
+    shape = x.shape
+    if not -len(shape) <= axis < len(shape):
+        raise SpecError(f"size: axis {axis} out of range for a rank-{len(shape)} tensor (at {_where()})")
+    return Tensor(x._b, x._b.add("dimsize", (), _where(), dim=shape[axis]))
+
+
+def mean(x: Tensor, axis: int = -1, keepdims: bool = True) -> Tensor:
+    """Sum divided by the extent: the 1/K stays visible to variant discovery."""
+    return divide(sum(x, axis, keepdims), dimsize(x, axis))
+
+
+def var(x: Tensor, axis: int = -1, keepdims: bool = True) -> Tensor:
+    """Population variance, mean((x - mean(x))^2)."""
+    centered = subtract(x, mean(x, axis, True))
+    return mean(square(centered), axis, keepdims)
+
+
+# structure --------------------------------------------------------------------------------------
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    t = _first_tensor(a, b)
+    return _node(t._b, "matmul", [_lift(a, t), _lift(b, t)])
+
+
+def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
+    """Permute axes; by default swap the last two (like `.T` on a matrix, `.mT` on a batch)."""
+    if axes is None:
+        if x.ndim < 2:
+            raise SpecError(f"transpose: needs rank >= 2, got {x.ndim} (at {_where()})")
+        axes = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return _node(x._b, "transpose", [x], axes=tuple(axes))
+
+
+def reshape(x: Tensor, shape: Sequence[DimLike]) -> Tensor:
+    return _node(x._b, "reshape", [x], shape=tuple(Dim.of(d) for d in shape))
+
+
+def concatenate(xs: Sequence[Tensor], axis: int = -1) -> Tensor:
+    if not xs:
+        raise SpecError(f"concatenate: needs at least one tensor (at {_where()})")
+    t = _first_tensor(*xs)
+    return _node(t._b, "concat", [_lift(v, t) for v in xs], axis=axis)
+
+
+concat = concatenate
+
+
+def repeat(x: Tensor, repeats: DimLike, axis: int) -> Tensor:
+    """`np.repeat`: each slice along `axis` repeated `repeats` times in place (grouped heads)."""
+    return _node(x._b, "repeat", [x], axis=axis, repeats=Dim.of(repeats))
+
+
+def split(x: Tensor, parts: int, axis: int = -1) -> list[Tensor]:
+    """Equal parts along `axis` (the two halves of rope's head dimension)."""
+    extent = x.shape[axis % x.ndim]
+    step = extent / parts
+    return [_slice(x, axis, step * i, step * (i + 1)) for i in range(parts)]
+
+
+def _slice(x: Tensor, axis: int, start: DimLike, stop: DimLike) -> Tensor:
+    return _node(x._b, "slice", [x], axis=axis, start=Dim.of(start), stop=Dim.of(stop))
+
+
+def _getitem(x: Tensor, index: Any) -> Tensor:
+    if not isinstance(index, tuple):
+        index = (index,)
+    if any(i is Ellipsis for i in index):
+        pos = index.index(Ellipsis)
+        fill = (slice(None),) * (x.ndim - len(index) + 1)
+        index = index[:pos] + fill + index[pos + 1 :]
+    if len(index) > x.ndim:
+        raise SpecError(f"index: too many indices for a rank-{x.ndim} tensor (at {_where()})")
+    out = x
+    for axis, item in enumerate(index):
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise SpecError(f"index: only unit-step slices are supported, got {item!r} (at {_where()})")
+        if item.start is None and item.stop is None:
+            continue
+        start = Dim.of(0 if item.start is None else item.start)
+        stop = x.shape[axis] if item.stop is None else Dim.of(item.stop)
+        out = _slice(out, axis, start, stop)
+    return out
+
+
+# spec declaration -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpecSignature:
+    """Input names with their declared (symbolic) shapes, in argument order."""
+
+    inputs: tuple[tuple[str, tuple[Dim, ...]], ...]
+
+
+def spec(**shapes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare a spec function's tensor inputs and their shapes.
+
+    >>> import axon.spec as ax
+    >>> @ax.spec(x="M K", w="K N")
+    ... def proj(x, w):
+    ...     return ax.relu(x @ w)
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        params = list(inspect.signature(fn).parameters)
+        unknown = [name for name in shapes if name not in params]
+        if unknown:
+            raise SpecError(f"spec {fn.__name__}: declared input {unknown[0]!r} is not a parameter")
+        ordered = tuple((p, parse_shape(shapes[p])) for p in params if p in shapes)
+        fn.__axon_spec__ = SpecSignature(ordered)  # type: ignore[attr-defined]
+        return fn
+
+    return wrap
+
+
+def signature_of(fn: Callable[..., Any]) -> SpecSignature:
+    sig = getattr(fn, "__axon_spec__", None)
+    if sig is None:
+        name = getattr(fn, "__name__", repr(fn))
+        raise SpecError(f"{name} is not a spec: declare its inputs with @axon.spec.spec(x='M K', ...)")
+    return sig

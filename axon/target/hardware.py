@@ -1,0 +1,217 @@
+"""`HardwareSpec`: one NeuronCore as validated, frozen data, loaded from `configs/hw/*.yaml`.
+
+The schema is the dataclasses below: every field is required, numbers must be positive (or
+non-negative where zero is meaningful), and an error names the field and the file. Nothing here
+models timing; the simulator reads these numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, get_type_hints
+
+from axon.errors import HardwareError
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "hw"
+ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+
+
+@dataclass(frozen=True)
+class Engine:
+    clock_ghz: float
+    lanes: int
+
+    def cycles_to_ns(self, cycles: float) -> float:
+        return cycles / self.clock_ghz
+
+
+@dataclass(frozen=True)
+class Engines:
+    tensor: Engine
+    vector: Engine
+    scalar: Engine
+    gpsimd: Engine
+
+    def __getitem__(self, name: str) -> Engine:
+        if name not in ENGINES:
+            raise KeyError(name)
+        return getattr(self, name)
+
+
+@dataclass(frozen=True)
+class TensorEngine:
+    rows: int
+    stationary_fmax: int
+    moving_fmax: int
+    fp32_slowdown: float
+    load_stationary_speedup: float
+    turnaround_cycles: int
+    peak_bf16_tflops: float
+
+
+@dataclass(frozen=True)
+class Memory:
+    partitions: int
+    sbuf_bytes_per_partition: int
+    psum_bytes_per_partition: int
+    psum_banks: int
+    hbm_bytes: int
+    hbm_bandwidth_gbps: float
+    vector_sbuf_fmax: int
+    vector_psum_fmax: int
+    access_overhead_cycles: int
+    stride_penalty_bytes: int
+    stride_penalty_factor: float
+
+    @property
+    def psum_bank_bytes(self) -> int:
+        """Bytes per partition of one PSUM bank (2 KiB: 512 fp32)."""
+        return self.psum_bytes_per_partition // self.psum_banks
+
+    @property
+    def sbuf_bytes(self) -> int:
+        return self.sbuf_bytes_per_partition * self.partitions
+
+
+@dataclass(frozen=True)
+class DMA:
+    engines: int
+    queues_per_engine: int
+    bytes_per_ns_per_engine: float
+    fixed_cost_ns: float
+    partitions_per_engine: int
+    transpose_bandwidth_factor: float
+    sbuf_to_sbuf_bandwidth_factor: float
+
+
+@dataclass(frozen=True)
+class Costs:
+    min_ii_cycles: int
+    static_overhead_cycles: int
+    semaphore_latency_ns: float
+    launch_overhead_ns: float
+    gpsimd_op_base_cycles: int
+    dependent_scalar_ns: float
+    reciprocal_vector_factor: float
+    bn_aggr_factor: float
+    gpsimd_rsqrt_factor: float
+
+
+@dataclass(frozen=True)
+class Ports:
+    vector_gpsimd_share_sbuf: bool
+    vector_scalar_share_psum: bool
+    vector_perf_mode_factor: float
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """A NeuronCore. `load_hw("trn1")` or `load_hw("path/to/file.yaml")`.
+
+    >>> from axon.target import load_hw
+    >>> hw = load_hw("trn1")
+    >>> hw.memory.partitions, hw.memory.psum_bank_bytes, hw.engines.tensor.clock_ghz
+    (128, 2048, 2.8)
+    """
+
+    name: str
+    generation: int
+    engines: Engines
+    tensor_engine: TensorEngine
+    memory: Memory
+    dma: DMA
+    costs: Costs
+    ports: Ports
+    source: str = ""  # the file it was loaded from
+    file_hash: str = ""  # sha256 of the file's bytes (first 16 hex digits), for records
+
+    @property
+    def peak_matmul_flops_per_s(self) -> float:
+        t = self.engines.tensor
+        return 2 * self.tensor_engine.rows * t.lanes * t.clock_ghz * 1e9
+
+    @property
+    def hbm_bytes_per_ns(self) -> float:
+        return self.memory.hbm_bandwidth_gbps  # GB/s == bytes/ns
+
+
+_ZERO_OK = {"generation", "static_overhead_cycles", "semaphore_latency_ns", "launch_overhead_ns", "turnaround_cycles",
+            "access_overhead_cycles", "gpsimd_op_base_cycles"}
+
+
+def _build(cls: type, data: Any, where: str, file: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise HardwareError(f"{file}: field {where or 'top level'} must be a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    values: dict[str, Any] = {}
+    required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+    for f in required:
+        path = f"{where}.{f.name}" if where else f.name
+        if f.name not in data:
+            raise HardwareError(f"{file}: missing field {path}")
+        values[f.name] = _value(hints[f.name], data[f.name], path, file, f.name)
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        path = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise HardwareError(f"{file}: unknown field {path}")
+    return cls(**values)
+
+
+def _value(tp: Any, raw: Any, path: str, file: str, name: str) -> Any:
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, raw, path, file)
+    if tp is bool:
+        if not isinstance(raw, bool):
+            raise HardwareError(f"{file}: field {path} must be true or false, got {raw!r}")
+        return raw
+    if tp is str:
+        if not isinstance(raw, str) or not raw:
+            raise HardwareError(f"{file}: field {path} must be a non-empty string, got {raw!r}")
+        return raw
+    if tp in (int, float):
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise HardwareError(f"{file}: field {path} must be a number, got {raw!r}")
+        if tp is int and (float(raw) != int(raw)):
+            raise HardwareError(f"{file}: field {path} must be a whole number, got {raw!r}")
+        if raw < 0 or (raw == 0 and name not in _ZERO_OK):
+            raise HardwareError(f"{file}: field {path} must be positive, got {raw!r}")
+        return tp(raw)
+    raise HardwareError(f"{file}: field {path} has an unsupported type")  # pragma: no cover
+
+
+def _check(hw: HardwareSpec, file: str) -> None:
+    m = hw.memory
+    if m.psum_bytes_per_partition % m.psum_banks:
+        raise HardwareError(f"{file}: field memory.psum_bytes_per_partition must divide into memory.psum_banks banks")
+    if m.partitions > 128 * 8 or hw.tensor_engine.rows > m.partitions:
+        raise HardwareError(f"{file}: field tensor_engine.rows exceeds memory.partitions")
+
+
+def load_hw(name_or_path: str | os.PathLike[str] = "trn1") -> HardwareSpec:
+    """A `HardwareSpec` from a name in `configs/hw/` or a YAML path; HardwareError names the field."""
+    import yaml
+
+    text = str(name_or_path)
+    path = Path(text) if (text.endswith((".yaml", ".yml")) or os.sep in text) else CONFIG_DIR / f"{text}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+        raise HardwareError(f"hardware file {path} not found (built-in: {known})")
+    raw_bytes = path.read_bytes()
+    try:
+        data = yaml.safe_load(raw_bytes)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise HardwareError(f"{path}:{line} is not valid YAML") from None
+    hw = _build(HardwareSpec, data, "", str(path))
+    _check(hw, str(path))
+    digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
+    return dataclasses.replace(hw, source=str(path), file_hash=digest)
+
+
+def builtin_hw() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))

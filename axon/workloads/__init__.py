@@ -1,0 +1,132 @@
+"""The built-in workload library and user spec files (`path.py:function`).
+
+A `Workload` is a spec function plus named shape presets (`default`, `small`). The registry is the
+one explicit global of this package; user specs are loaded on demand and never registered.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from axon.errors import SpecError
+from axon.ir import Graph, trace
+from axon.ir.frontend import signature_of
+from axon.workloads import specs
+
+SINGLE, MULTI = "single", "multi"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A spec function with shape presets.
+
+    >>> from axon.workloads import get
+    >>> get("rmsnorm_matmul").graph("small").bindings
+    {'K': 256, 'M': 256, 'N': 512}
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    kind: str
+    formula: str
+    presets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def dims(self, preset: str = "default", **overrides: int) -> dict[str, int]:
+        if preset not in self.presets:
+            known = ", ".join(self.presets) or "none"
+            raise SpecError(f"workload {self.name} has no preset {preset!r} (presets: {known})")
+        return {**self.presets[preset], **overrides}
+
+    def graph(self, preset: str | None = "default", dtype: str = "float32", **overrides: int) -> Graph:
+        """The traced graph at a preset (or only the given dims when `preset` is None)."""
+        dims = dict(overrides) if preset is None else self.dims(preset, **overrides)
+        graph = trace(self.fn, dtype=dtype, name=self.name, **dims)
+        graph.check_bound()
+        return graph
+
+    def symbolic(self) -> Graph:
+        """The graph with every dimension symbolic (what the verifier proves over)."""
+        return trace(self.fn, name=self.name)
+
+
+def _w(fn: Callable[..., Any], kind: str, formula: str, default: dict[str, int], small: dict[str, int]) -> Workload:
+    return Workload(fn.__name__, fn, kind, formula, {"default": default, "small": small})
+
+
+_REGISTRY: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        _w(specs.matmul, SINGLE, "a @ b", dict(M=4096, K=5120, N=12288), dict(M=256, K=384, N=512)),
+        _w(specs.transpose_matmul, SINGLE, "a.T @ b", dict(K=2048, M=4096, N=10944), dict(K=256, M=256, N=384)),
+        _w(specs.bmm, SINGLE, "a @ b (batched)", dict(B=16, M=4096, K=64, N=4096), dict(B=2, M=256, K=64, N=256)),
+        _w(specs.softmax, SINGLE, "exp(x - max(x)) / sum(exp(x - max(x)))", dict(M=4096, N=8192), dict(M=256, N=512)),
+        _w(specs.rmsnorm, SINGLE, "x / sqrt(mean(x*x) + eps) * g", dict(M=4096, N=8192), dict(M=256, N=512)),
+        _w(specs.layernorm, SINGLE, "(x - mean(x)) / sqrt(var(x) + eps) * g + b", dict(M=4096, N=8192), dict(M=256, N=512)),
+        _w(specs.silu, SINGLE, "x / (1 + exp(-x))", dict(M=4096, N=7168), dict(M=256, N=512)),
+        _w(specs.gelu, SINGLE, "0.5x(1 + tanh(0.79788456(x + 0.044715x^3)))", dict(M=4096, N=7168), dict(M=256, N=512)),
+        _w(specs.rope, SINGLE, "concat(x0*cos - x1*sin, x0*sin + x1*cos)", dict(H=64, S=4096, D=128), dict(H=2, S=256, D=128)),
+        _w(specs.adamw, SINGLE, "AdamW step (theta, m, v)", dict(M=10944, N=2048), dict(M=256, N=512)),
+        _w(specs.rmsnorm_matmul, MULTI, "rmsnorm(x, g) @ w", dict(M=4096, K=1024, N=2048), dict(M=256, K=256, N=512)),
+        _w(specs.add_rmsnorm_matmul, MULTI, "rmsnorm(x + z, g) @ w", dict(M=4096, K=1024, N=2048), dict(M=256, K=256, N=512)),
+        _w(specs.matmul_add_rmsnorm, MULTI, "rmsnorm(x @ w + z, g)", dict(M=4096, K=2048, N=2048), dict(M=256, K=256, N=512)),
+        _w(specs.layernorm_matmul, MULTI, "layernorm(x, g, b) @ w", dict(M=4096, K=4096, N=4096), dict(M=256, K=256, N=512)),
+        _w(specs.swiglu, MULTI, "(silu(x @ wg) * (x @ wu)) @ wd", dict(M=4096, D=1024, F=3072), dict(M=256, D=256, F=384)),
+        _w(specs.lora, MULTI, "x @ w + (x @ a) @ b", dict(M=4096, K=5120, N=12288, R=128), dict(M=256, K=256, N=512, R=64)),
+        _w(specs.bmm_softmax, MULTI, "softmax(a @ b) (batched)", dict(B=16, M=4096, K=64, N=4096), dict(B=2, M=256, K=64, N=256)),
+        _w(specs.attention, MULTI, "softmax(q @ k.T / sqrt(d)) @ v", dict(H=16, S=4096, D=128), dict(H=2, S=256, D=64)),
+        _w(specs.gqa_attention, MULTI, "attention, 2 query heads per kv head", dict(KV=8, G=2, S=4096, D=128), dict(KV=2, G=2, S=256, D=64)),
+        _w(specs.qknorm_attention, MULTI, "attention(rmsnorm(q, gq), rmsnorm(k, gk), v)", dict(H=16, S=4096, D=128), dict(H=2, S=256, D=64)),
+    ]
+}
+
+
+def all_workloads() -> list[Workload]:
+    return list(_REGISTRY.values())
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def get(name: str) -> Workload:
+    """A built-in workload by name, or a user's spec as `path.py:function`."""
+    if ":" in name and name.split(":", 1)[0].endswith(".py"):
+        return load_spec(name)
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    close = difflib.get_close_matches(name, _REGISTRY, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else "; `axon workloads` lists them"
+    raise SpecError(f"unknown workload {name!r}{hint}")
+
+
+def load_spec(ref: str) -> Workload:
+    """Load `path.py:function`. Presets come from `PRESETS = {"function": {"default": {...}}}`, if any."""
+    path, _, fn_name = ref.rpartition(":")
+    if not os.path.isfile(path):
+        raise SpecError(f"spec file {path!r} not found")
+    mod_name = f"axon_user_spec_{abs(hash(os.path.abspath(path)))}"
+    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise SpecError(f"cannot import spec file {path!r}")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[mod_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except SpecError:
+        raise
+    except Exception as exc:  # a user's file failed to import: say where, not a traceback
+        raise SpecError(f"spec file {path!r} failed to import: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, fn_name, None)
+    if fn is None or not callable(fn):
+        raise SpecError(f"spec file {path!r} has no function {fn_name!r}")
+    signature_of(fn)
+    presets = getattr(module, "PRESETS", {}).get(fn_name, {})
+    return Workload(ref, fn, "user", fn.__doc__ or fn_name, presets)
+
+
+__all__ = ["Workload", "all_workloads", "get", "load_spec", "names", "SINGLE", "MULTI"]
