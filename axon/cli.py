@@ -124,6 +124,26 @@ def check(workload: str, shape: str | None, preset: str, seed: int) -> None:
             raise click.exceptions.Exit(1)
 
 
+@cli.command("hw")
+@click.argument("name_or_path", default="trn1")
+def hw_command(name_or_path: str) -> None:
+    """Load and validate a hardware file (a built-in name or a YAML path) and print its numbers."""
+    import dataclasses
+
+    from axon.target import load_hw
+
+    hw = load_hw(name_or_path)
+    click.echo(f"{hw.name} (NeuronCore-v{hw.generation})  file {hw.source}  sha256 {hw.file_hash}")
+    for section in ("engines", "tensor_engine", "memory", "dma", "costs", "ports"):
+        value = getattr(hw, section)
+        items = dataclasses.asdict(value)
+        flat = ", ".join(
+            f"{k}={v}" if not isinstance(v, dict) else f"{k}=({', '.join(f'{a}={b}' for a, b in v.items())})"
+            for k, v in items.items()
+        )
+        click.echo(f"  {section}: {flat}")
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="axon", standalone_mode=False)

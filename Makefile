@@ -1,0 +1,28 @@
+# Axon: `make demo` runs the main job on the embedded defaults, `make test` runs the test suite.
+# Both set up .venv first when needed (Python >= 3.10 on PATH as python3).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.axon-installed
+
+.PHONY: setup test test-fast demo clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: setup
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2
+
+test-fast: setup
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 -m "not slow"
+
+demo: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m axon.demo
+
+clean:
+	rm -rf $(VENV) .axon .pytest_cache

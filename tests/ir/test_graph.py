@@ -1,0 +1,124 @@
+"""Tracing, shape inference errors, canonical hashing, the printer, the evaluator."""
+
+import numpy as np
+import pytest
+
+import axon.spec as ax
+from axon.errors import SpecError
+from axon.ir import GraphBuilder, TensorType, evaluate, parse_shape, trace
+from tests.conftest import rel_err
+
+
+@ax.spec(x="M K", w="K N")
+def proj(x, w):
+    return ax.relu(x @ w) * 2.0
+
+
+def test_trace_binds_and_infers_shapes():
+    g = trace(proj, M=4, K=3, N=5)
+    assert g.bindings == {"M": 4, "K": 3, "N": 5}
+    assert g.concrete_shape(g.outputs[0]) == (4, 5)
+    assert [n.op for n in g.nodes] == ["input", "input", "matmul", "relu", "const", "mul"]
+
+
+def test_shape_mismatch_names_op_both_shapes_and_line():
+    @ax.spec(x="M K", y="M N")
+    def bad(x, y):
+        return x + y
+
+    with pytest.raises(SpecError) as info:
+        trace(bad)
+    msg = str(info.value)
+    assert msg.startswith("add:") and "[M, K]" in msg and "[M, N]" in msg
+    assert "test_graph.py:" in msg
+
+
+def test_matmul_contraction_mismatch():
+    @ax.spec(x="M K", w="N K")
+    def bad(x, w):
+        return x @ w
+
+    with pytest.raises(SpecError, match=r"matmul: contraction mismatch: \[M, K\] @ \[N, K\]"):
+        trace(bad)
+
+
+def test_unbound_dimension_and_unknown_dimension():
+    g = trace(proj, M=4, K=3)
+    with pytest.raises(SpecError, match="unbound dimension 'N'"):
+        evaluate(g, {})
+    with pytest.raises(SpecError, match="has no dimension 'Q'"):
+        trace(proj, Q=3)
+
+
+def test_canonical_hash_ignores_ids_and_operand_order():
+    @ax.spec(x="M K", y="M K")
+    def f1(x, y):
+        a = ax.exp(x)
+        return a * y + 1.0
+
+    @ax.spec(x="M K", y="M K")
+    def f2(x, y):
+        unused = ax.tanh(y)  # noqa: F841 - dead code is pruned
+        return 1.0 + y * ax.exp(x)
+
+    @ax.spec(x="M K", y="M K")
+    def f3(x, y):
+        return ax.exp(y) * x + 1.0
+
+    assert trace(f1).canonical_hash() == trace(f2).canonical_hash()
+    assert trace(f1).canonical_hash() != trace(f3).canonical_hash()
+
+
+def test_builder_shares_identical_nodes():
+    b = GraphBuilder("g")
+    x = b.input("x", TensorType(parse_shape("M K")))
+    e1 = b.add("exp", [x])
+    e2 = b.add("exp", [x])
+    assert e1 == e2
+    g = b.build([b.add("add", [e1, e2])])
+    assert len(g.nodes) == 3
+
+
+def test_printer_shows_bound_sizes():
+    text = trace(proj, M=4, K=3, N=5).format()
+    assert "x: f32[M=4, K=3]" in text
+    assert "matmul(x, w)" in text and "return out=" in text
+
+
+def test_structural_ops_evaluate_like_numpy():
+    @ax.spec(x="B S D")
+    def f(x):
+        lo, hi = ax.split(x, 2, axis=-1)
+        y = ax.concatenate([hi, lo], axis=-1)
+        z = ax.transpose(y, (1, 0, 2))
+        r = ax.reshape(z, ("S", "B*D"))
+        return ax.repeat(r, 2, axis=0), ax.var(x), ax.max(x, axis=0, keepdims=False)
+
+    g = trace(f, B=2, S=3, D=4)
+    x = np.arange(24, dtype=float).reshape(2, 3, 4)
+    out = evaluate(g, {"x": x})
+    y = np.concatenate([x[..., 2:], x[..., :2]], -1).transpose(1, 0, 2).reshape(3, 8)
+    assert rel_err(out["out0"], np.repeat(y, 2, 0)) == 0
+    assert rel_err(out["out1"], x.var(-1, keepdims=True)) <= 1e-15
+    assert rel_err(out["out2"], x.max(0)) == 0
+
+
+def test_bad_reshape_and_axis():
+    @ax.spec(x="M K")
+    def bad_reshape(x):
+        return ax.reshape(x, ("M", "M"))
+
+    @ax.spec(x="M K")
+    def bad_axis(x):
+        return ax.sum(x, axis=2)
+
+    with pytest.raises(SpecError, match=r"cannot reshape \[M, K\] into \[M, M\]"):
+        trace(bad_reshape)
+    with pytest.raises(SpecError, match="axis 2 out of range"):
+        trace(bad_axis)
+
+
+def test_evaluate_checks_input_shapes():
+    g = trace(proj, M=4, K=3, N=5)
+    with pytest.raises(SpecError, match="input 'x' has shape"):
+        evaluate(g, {"x": np.zeros((3, 3)), "w": np.zeros((3, 5))})

@@ -1,0 +1,61 @@
+"""Hardware files load into a validated HardwareSpec; broken files name the field and the file."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from axon.errors import HardwareError
+from axon.target import builtin_hw, load_hw
+from axon.target.hardware import CONFIG_DIR
+
+
+def test_builtin_files_carry_the_documented_numbers():
+    assert builtin_hw() == ["trn1", "trn2"]
+    trn1, trn2 = load_hw("trn1"), load_hw("trn2")
+    assert trn1.memory.sbuf_bytes_per_partition * 128 == 24 * 2**20
+    assert trn2.memory.sbuf_bytes_per_partition * 128 == 28 * 2**20
+    assert trn1.memory.psum_bank_bytes == 2048 and trn1.memory.psum_banks == 8
+    assert abs(trn1.peak_matmul_flops_per_s / 1e12 - 91.75) < 0.01
+    assert trn1.engines["vector"].clock_ghz == 1.12 and trn2.engines["vector"].clock_ghz == 0.96
+    assert trn1.ports.vector_gpsimd_share_sbuf and not trn2.ports.vector_gpsimd_share_sbuf
+    assert trn1.file_hash != trn2.file_hash and len(trn1.file_hash) == 16
+    assert load_hw(CONFIG_DIR / "trn1.yaml") == trn1
+
+
+def _broken(tmp_path: Path, edit) -> Path:
+    data = yaml.safe_load((CONFIG_DIR / "trn1.yaml").read_text())
+    edit(data)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_missing_field_names_field_and_file(tmp_path):
+    path = _broken(tmp_path, lambda d: d["dma"].pop("fixed_cost_ns"))
+    with pytest.raises(HardwareError, match=r"broken\.yaml: missing field dma\.fixed_cost_ns"):
+        load_hw(path)
+
+
+def test_negative_field_names_field_and_file(tmp_path):
+    path = _broken(tmp_path, lambda d: d["memory"].__setitem__("sbuf_bytes_per_partition", -1))
+    with pytest.raises(HardwareError, match=r"broken\.yaml: field memory\.sbuf_bytes_per_partition must be positive"):
+        load_hw(path)
+
+
+def test_wrong_type_and_unknown_field(tmp_path):
+    path = _broken(tmp_path, lambda d: d["engines"]["tensor"].__setitem__("clock_ghz", "fast"))
+    with pytest.raises(HardwareError, match=r"engines\.tensor\.clock_ghz must be a number"):
+        load_hw(path)
+    path = _broken(tmp_path, lambda d: d["memory"].__setitem__("sbuf_bytes", 3))
+    with pytest.raises(HardwareError, match=r"unknown field memory\.sbuf_bytes"):
+        load_hw(path)
+
+
+def test_missing_file_lists_builtins(tmp_path):
+    with pytest.raises(HardwareError, match="built-in: trn1, trn2"):
+        load_hw("trn9")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(HardwareError, match="not valid YAML"):
+        load_hw(bad)
