@@ -1,0 +1,200 @@
+"""`RecordDB`: the append-only measurement database (SQLite in WAL mode), the source of truth.
+
+Every measurement is committed in its own transaction before anyone else (Optuna, MLflow) is told,
+so a crash or `kill -9` loses at most the measurement in flight. Records are never updated or
+deleted. Optuna storage and MLflow runs are views that can be rebuilt from here.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from axon.errors import StoreError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    task TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    shapes TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    hw TEXT NOT NULL,
+    hw_hash TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    variant_hash TEXT NOT NULL,
+    point TEXT NOT NULL,
+    kernel_hash TEXT NOT NULL,
+    features TEXT NOT NULL,
+    latency_ns REAL,
+    status TEXT NOT NULL,
+    error TEXT NOT NULL,
+    measurement TEXT NOT NULL,
+    axon_version TEXT NOT NULL,
+    run_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_kernel ON records (kernel_hash, backend, hw_hash);
+CREATE INDEX IF NOT EXISTS records_task ON records (task);
+"""
+
+_COLUMNS = (
+    "created", "task", "workload", "shapes", "dtype", "hw", "hw_hash", "backend", "variant_hash", "point",
+    "kernel_hash", "features", "latency_ns", "status", "error", "measurement", "axon_version", "run_id",
+)
+_JSON = ("shapes", "point", "features", "measurement")
+
+
+def task_key(workload: str, shapes: dict[str, int], dtype: str, hw_hash: str) -> str:
+    """The tuning task a record belongs to: labels are normalized within a task."""
+    dims = ",".join(f"{k}={v}" for k, v in sorted(shapes.items()))
+    return f"{workload}[{dims}]:{dtype}@{hw_hash}"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured (or failed) kernel. `latency_ns` is None unless status == "ok"."""
+
+    workload: str
+    shapes: dict[str, int]
+    dtype: str
+    hw: str
+    hw_hash: str
+    backend: str
+    variant_hash: str
+    point: dict[str, Any]
+    kernel_hash: str
+    features: dict[str, float]
+    latency_ns: float | None
+    status: str  # "ok" | "error" | "infeasible"
+    error: str = ""
+    measurement: dict[str, Any] = field(default_factory=dict)
+    axon_version: str = ""
+    run_id: str = ""
+    created: float = 0.0
+    id: int | None = None
+
+    @property
+    def task(self) -> str:
+        return task_key(self.workload, self.shapes, self.dtype, self.hw_hash)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+class RecordDB:
+    """Append-only SQLite store of `Record`s.
+
+    >>> import tempfile, os
+    >>> db = RecordDB(os.path.join(tempfile.mkdtemp(), "records.db"))
+    >>> r = db.add(Record("matmul", {"M": 128}, "float32", "trn1", "h", "sim", "v", {"tile": 128},
+    ...                   "k1", {"f": 1.0}, 1000.0, "ok"))
+    >>> db.lookup("k1", "sim", "h").latency_ns
+    1000.0
+    """
+
+    def __init__(self, path: str | Path, timeout_s: float = 10.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
+            self._check_schema()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(self._explain(exc)) from None
+
+    def _explain(self, exc: sqlite3.DatabaseError) -> str:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return f"record database {self.path} is locked by another process ({text}); wait for it or use another --workdir"
+        if "not a database" in text or "malformed" in text or "corrupt" in text:
+            return f"record database {self.path} is corrupt ({text}); move it aside to start a new one"
+        return f"record database {self.path}: {text}"
+
+    def _check_schema(self) -> None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(f"record database {self.path} has schema {row[0]}, this Axon reads {SCHEMA_VERSION}")
+        status = self._conn.execute("PRAGMA quick_check").fetchone()[0]
+        if status != "ok":
+            raise StoreError(f"record database {self.path} is corrupt ({status}); move it aside to start a new one")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "RecordDB":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # writing -------------------------------------------------------------------------------------
+    def add(self, record: Record) -> Record:
+        """Commit one record (its own transaction) and return it with its id and time."""
+        created = record.created or time.time()
+        values = {**asdict(record), "created": created, "task": record.task}
+        row = [json.dumps(values[c], sort_keys=True) if c in _JSON else values[c] for c in _COLUMNS]
+        try:
+            cur = self._conn.execute(
+                f"INSERT INTO records ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})", row
+            )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(self._explain(exc)) from None
+        return Record(**{**asdict(record), "created": created, "id": cur.lastrowid})
+
+    # reading -------------------------------------------------------------------------------------
+    def _rows(self, where: str = "", args: tuple = (), limit: int | None = None) -> Iterator[Record]:
+        sql = f"SELECT id, {', '.join(_COLUMNS)} FROM records {where} ORDER BY id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        try:
+            rows = self._conn.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(self._explain(exc)) from None
+        for row in rows:
+            data = dict(zip(("id",) + _COLUMNS, row))
+            data.pop("task")
+            for c in _JSON:
+                data[c] = json.loads(data[c])
+            yield Record(**data)
+
+    def lookup(self, kernel_hash: str, backend: str, hw_hash: str) -> Record | None:
+        """The first record of this kernel on this backend and hardware, if it was measured."""
+        for r in self._rows("WHERE kernel_hash=? AND backend=? AND hw_hash=?", (kernel_hash, backend, hw_hash), 1):
+            return r
+        return None
+
+    def records(self, task: str | None = None, workload: str | None = None, hw: str | None = None) -> list[Record]:
+        clauses, args = [], []
+        for column, value in (("task", task), ("workload", workload), ("hw", hw)):
+            if value is not None:
+                clauses.append(f"{column}=?")
+                args.append(value)
+        return list(self._rows(("WHERE " + " AND ".join(clauses)) if clauses else "", tuple(args)))
+
+    def best(self, task: str) -> Record | None:
+        ok = [r for r in self.records(task=task) if r.status == "ok" and r.latency_ns is not None]
+        return min(ok, key=lambda r: r.latency_ns) if ok else None
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+
+    def export_jsonl(self, path: str | Path) -> int:
+        """Write every record as one JSON line (plain, self-describing); returns the count."""
+        n = 0
+        with open(path, "w") as f:
+            for r in self._rows():
+                f.write(r.to_json() + "\n")
+                n += 1
+        return n

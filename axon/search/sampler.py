@@ -1,0 +1,122 @@
+"""`CostModelSampler`: an Optuna sampler that proposes the point the cost model likes best.
+
+Each ask builds a pool of candidates (random points of the space and mutations of the best
+measured ones), drops invalid and already-measured points, scores the rest with the cost model and
+proposes the best predicted; a small share of asks is random so the model keeps learning where it
+is wrong. The space is any object implementing `CandidateSpace`; the sampler knows nothing of NKI.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping, Protocol
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from axon.search.costmodel import CostModel
+
+Point = dict[str, Any]
+
+
+class CandidateSpace(Protocol):
+    def distributions(self) -> dict[str, CategoricalDistribution]: ...
+
+    def sample(self, rng: np.random.Generator) -> Point: ...
+
+    def mutate(self, point: Point, rng: np.random.Generator) -> Point: ...
+
+    def validate(self, point: Point) -> str | None: ...
+
+
+def point_key(point: Mapping[str, Any]) -> str:
+    return json.dumps(point, sort_keys=True, default=str)
+
+
+class CostModelSampler(BaseSampler):
+    """Propose the best-predicted valid, unmeasured point of `space` (random share `epsilon`).
+
+    `features(point) -> dict` turns a point into the cost model's features; `model` is retrained by
+    the tuner after each measurement (the sampler only reads it).
+    """
+
+    def __init__(
+        self,
+        space: CandidateSpace,
+        model: CostModel,
+        features: Callable[[Point], Mapping[str, float]],
+        pool_size: int = 256,
+        n_mutations: int = 128,
+        epsilon: float = 0.05,
+        n_startup: int = 4,
+        seed: int = 0,
+        measured: Callable[[Point], bool] | None = None,
+    ) -> None:
+        self.space, self.model, self.features = space, model, features
+        self.pool_size, self.n_mutations, self.epsilon, self.n_startup = pool_size, n_mutations, epsilon, n_startup
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._fallback = RandomSampler(seed=seed)
+        self._measured_hook = measured
+        self.last_prediction: float | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"sampler": "costmodel", "pool_size": self.pool_size, "n_mutations": self.n_mutations,
+                "epsilon": self.epsilon, "n_startup": self.n_startup, "seed": self.seed}
+
+    def reseed_rng(self) -> None:  # called by Optuna for n_jobs > 1
+        self._rng = np.random.default_rng(self._rng.integers(2**32))
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return dict(self.space.distributions())
+
+    def _seen(self, study: optuna.Study) -> tuple[set[str], list[tuple[float, Point]]]:
+        seen, done = set(), []
+        for t in study.get_trials(deepcopy=False):
+            if t.params:
+                seen.add(point_key(t.params))
+            if t.state == TrialState.COMPLETE and t.value is not None:
+                done.append((t.value, dict(t.params)))
+        done.sort(key=lambda x: x[0])
+        return seen, done
+
+    def _random_valid(self, seen: set[str], tries: int = 200) -> Point | None:
+        for _ in range(tries):
+            p = self.space.sample(self._rng)
+            if self.space.validate(p) is None and point_key(p) not in seen and not self._was_measured(p):
+                return p
+        return None
+
+    def _was_measured(self, point: Point) -> bool:
+        return bool(self._measured_hook and self._measured_hook(point))
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        seen, done = self._seen(study)
+        seen.discard(point_key(trial.params)) if trial.params else None
+        self.last_prediction = None
+        explore = len(done) < self.n_startup or not self.model.is_trained or self._rng.random() < self.epsilon
+        if not explore:
+            pool: dict[str, Point] = {}
+            for _ in range(self.pool_size):
+                p = self.space.sample(self._rng)
+                pool.setdefault(point_key(p), p)
+            elite = [p for _, p in done[: max(1, min(8, len(done)))]]
+            for i in range(self.n_mutations):
+                p = self.space.mutate(elite[i % len(elite)], self._rng)
+                pool.setdefault(point_key(p), p)
+            cands = [p for k, p in pool.items() if k not in seen and self.space.validate(p) is None and not self._was_measured(p)]
+            if cands:
+                scores = self.model.predict([self.features(p) for p in cands])
+                best = int(np.argmax(scores))
+                self.last_prediction = float(scores[best])
+                return cands[best]
+        p = self._random_valid(seen)
+        return p if p is not None else {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)

@@ -1,0 +1,103 @@
+"""RecordDB: append-only, deduplicating lookups, survives kill -9, clear errors when unusable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from axon.errors import StoreError
+from axon.measure.records import Record, RecordDB
+
+
+def _record(i: int, latency: float | None = 100.0, status: str = "ok") -> Record:
+    return Record(
+        workload="matmul", shapes={"M": 128, "N": 256}, dtype="float32", hw="trn1", hw_hash="hh", backend="sim",
+        variant_hash="v0", point={"tile_n": 512, "i": i}, kernel_hash=f"k{i}", features={"x": float(i)},
+        latency_ns=latency, status=status,
+    )
+
+
+def test_add_lookup_best_and_export(tmp_path):
+    db = RecordDB(tmp_path / "records.db")
+    for i, lat in enumerate([300.0, 100.0, 200.0]):
+        db.add(_record(i, lat))
+    db.add(_record(9, None, "infeasible"))
+    assert len(db) == 4
+    assert db.lookup("k1", "sim", "hh").latency_ns == 100.0
+    assert db.lookup("k1", "neuron", "hh") is None
+    task = _record(0).task
+    assert db.best(task).kernel_hash == "k1"
+    assert [r.point["i"] for r in db.records(task=task)] == [0, 1, 2, 9]
+    assert db.export_jsonl(tmp_path / "out.jsonl") == 4
+    db.close()
+    # reopened: everything is still there
+    assert len(RecordDB(tmp_path / "records.db")) == 4
+
+
+def test_records_survive_kill_9(tmp_path):
+    path = tmp_path / "records.db"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {os.getcwd()!r})
+        from axon.measure.records import Record, RecordDB
+        db = RecordDB({str(path)!r})
+        i = 0
+        while True:
+            db.add(Record("w", {{"M": 1}}, "float32", "trn1", "h", "sim", "v", {{"i": i}}, f"k{{i}}", {{}}, 1.0 + i, "ok"))
+            print(i, flush=True)
+            i += 1
+            time.sleep(0.002)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    acknowledged = -1
+    deadline = time.time() + 30
+    while acknowledged < 50 and time.time() < deadline:
+        acknowledged = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    db = RecordDB(path)
+    # every record the writer acknowledged is there, none is half-written
+    assert len(db) >= acknowledged + 1
+    assert [r.point["i"] for r in db.records()] == list(range(len(db)))
+
+
+def test_corrupt_database_is_a_clear_error(tmp_path):
+    path = tmp_path / "records.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match=r"records\.db is corrupt"):
+        RecordDB(path)
+
+
+def test_locked_database_is_a_clear_error(tmp_path):
+    path = tmp_path / "records.db"
+    RecordDB(path).close()
+    holder = sqlite3.connect(str(path), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        db = None
+        with pytest.raises(StoreError, match="locked by another process"):
+            db = RecordDB(path, timeout_s=0.2)
+            db.add(_record(0))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_neuron_backend_says_plainly_it_cannot_run_here():
+    from axon.errors import BackendError
+    from axon.measure import NeuronBackend, get_backend
+
+    assert NeuronBackend.available() is not None
+    with pytest.raises(BackendError, match="backend 'neuron' cannot run here"):
+        get_backend("neuron")
+    with pytest.raises(BackendError, match="unknown backend 'gpu'"):
+        get_backend("gpu")

@@ -1,0 +1,72 @@
+"""CostModel: learns a ranking from records, reports held-out accuracy, saves and warm-starts."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from axon.errors import StoreError
+from axon.measure.records import Record
+from axon.search.costmodel import CostModel, normalized_labels, ranking_accuracy
+
+
+def _records(task_m: int, n: int, seed: int) -> list[Record]:
+    """Synthetic kernels whose latency is a smooth function of two features (plus noise)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        tile, depth = rng.uniform(0, 1, 2)
+        latency = 1000 * task_m * (1.5 - tile) * (1 + 0.3 * (depth - 0.5) ** 2) * rng.uniform(0.98, 1.02)
+        kh = hashlib.sha256(f"{task_m}-{seed}-{i}".encode()).hexdigest()
+        feats = {"tile": tile, "depth": depth, "log_m": np.log2(task_m)}
+        out.append(Record("w", {"M": task_m}, "float32", "trn1", "h", "sim", "v", {"i": i}, kh, feats, latency, "ok"))
+    return out
+
+
+def test_labels_are_normalized_within_tasks():
+    recs = _records(128, 5, 0) + _records(256, 5, 1)
+    labels = normalized_labels(recs)
+    assert labels[:5].max() == pytest.approx(1.0) and labels[5:].max() == pytest.approx(1.0)
+    assert np.all(labels > 0) and np.all(labels <= 1.0)
+
+
+def test_ranking_accuracy_of_perfect_and_reversed_scores():
+    labels = np.array([0.2, 0.5, 1.0, 0.7])
+    tasks = ["t"] * 4
+    assert ranking_accuracy(labels, labels, tasks).pairwise == 1.0
+    assert ranking_accuracy(-labels, labels, tasks).pairwise == 0.0
+    assert ranking_accuracy(labels, labels, tasks).peak1 == 1.0
+
+
+def test_fit_ranks_held_out_kernels_and_roundtrips(tmp_path):
+    recs = _records(128, 120, 0) + _records(512, 120, 1)
+    model = CostModel(rounds=40)
+    acc = model.fit(recs)
+    assert acc is not None and acc.n_records > 10
+    assert acc.pairwise > 0.8 and acc.peak5 > 0.9
+    path = model.save(tmp_path / "model.json")
+    loaded = CostModel.load(path, warm_start=False)
+    feats = [r.features for r in recs[:10]]
+    assert np.allclose(loaded.predict(feats), model.predict(feats))
+
+
+def test_warm_start_transfers_to_a_new_shape(tmp_path):
+    model = CostModel(rounds=40)
+    model.fit(_records(128, 150, 0) + _records(512, 150, 1))
+    model.save(tmp_path / "m.json")
+    warm = CostModel.load(tmp_path / "m.json")
+    new_task = _records(1024, 60, 7)
+    # before any record of the new shape, the shipped model already ranks it
+    assert warm.evaluate(new_task).pairwise > 0.8
+    warm.fit(new_task[:8])
+    assert warm.evaluate(new_task).pairwise > 0.8
+
+
+def test_untrained_and_bad_files():
+    assert CostModel().predict([{"a": 1.0}]).tolist() == [0.0]
+    with pytest.raises(StoreError, match="not been trained"):
+        CostModel().save("/tmp/never.json")
+    with pytest.raises(StoreError, match="not found"):
+        CostModel.load("/nonexistent/model.json")

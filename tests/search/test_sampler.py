@@ -1,0 +1,93 @@
+"""CostModelSampler on a real Optuna study and a real XGBoost model, over a small synthetic space."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+
+from axon.measure.records import Record
+from axon.search.costmodel import CostModel
+from axon.search.sampler import CostModelSampler, point_key
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+CHOICES = {"tile": [32, 64, 128, 256, 512], "depth": [1, 2, 3, 4], "order": ["mn", "nm"], "unroll": [1, 2, 4, 8]}
+
+
+class ToySpace:
+    def distributions(self):
+        return {k: CategoricalDistribution(v) for k, v in CHOICES.items()}
+
+    def sample(self, rng):
+        return {k: v[int(rng.integers(len(v)))] for k, v in CHOICES.items()}
+
+    def mutate(self, point, rng):
+        p = dict(point)
+        k = list(CHOICES)[int(rng.integers(len(CHOICES)))]
+        p[k] = CHOICES[k][int(rng.integers(len(CHOICES[k])))]
+        return p
+
+    def validate(self, point):
+        return "too big" if point["tile"] == 512 and point["depth"] == 4 else None
+
+
+def latency(p):
+    return 1000.0 / p["tile"] ** 0.5 * (1 + 0.2 * abs(p["depth"] - 2)) * (1.1 if p["order"] == "nm" else 1) * (1 + 0.05 * abs(np.log2(p["unroll"]) - 2))
+
+
+def features(p):
+    return {"log_tile": float(np.log2(p["tile"])), "depth": float(p["depth"]), "nm": float(p["order"] == "nm"), "log_unroll": float(np.log2(p["unroll"]))}
+
+
+def _tune(sampler_name: str, trials: int, seed: int) -> list[float]:
+    space, model = ToySpace(), CostModel(rounds=30)
+    sampler = CostModelSampler(space, model, features, seed=seed) if sampler_name == "costmodel" else optuna.samplers.RandomSampler(seed=seed)
+    study = optuna.create_study(sampler=sampler, direction="minimize")
+    records, best = [], []
+    for _ in range(trials):
+        trial = study.ask(space.distributions())
+        p = dict(trial.params)
+        assert space.validate(p) is None or sampler_name == "random"
+        lat = latency(p)
+        study.tell(trial, lat)
+        kh = hashlib.sha256(point_key(p).encode()).hexdigest()
+        records.append(Record("toy", {}, "float32", "trn1", "h", "sim", "v", p, kh, features(p), lat, "ok"))
+        if sampler_name == "costmodel":
+            model.fit(records, holdout=0.0)
+        best.append(min(best[-1] if best else np.inf, lat))
+    return best
+
+
+def test_costmodel_sampler_never_repeats_and_finds_the_optimum_faster_than_random():
+    optimum = min(latency(p) for p in (
+        {"tile": t, "depth": d, "order": o, "unroll": u}
+        for t in CHOICES["tile"] for d in CHOICES["depth"] for o in CHOICES["order"] for u in CHOICES["unroll"]
+        if not (t == 512 and d == 4)
+    ))
+    hits_cm, hits_rand = [], []
+    for seed in range(3):
+        cm = _tune("costmodel", 24, seed)
+        rnd = _tune("random", 24, seed)
+        hits_cm.append(next((i for i, b in enumerate(cm) if b <= optimum * 1.0001), 99))
+        hits_rand.append(next((i for i, b in enumerate(rnd) if b <= optimum * 1.0001), 99))
+    assert np.median(hits_cm) < np.median(hits_rand)
+    assert max(hits_cm) < 24
+
+
+def test_costmodel_sampler_proposes_distinct_valid_points():
+    space, model = ToySpace(), CostModel(rounds=10)
+    sampler = CostModelSampler(space, model, features, seed=1, n_startup=2)
+    study = optuna.create_study(sampler=sampler)
+    seen, records = set(), []
+    for _ in range(30):
+        t = study.ask(space.distributions())
+        key = point_key(t.params)
+        assert key not in seen and space.validate(dict(t.params)) is None
+        seen.add(key)
+        lat = latency(dict(t.params))
+        records.append(Record("toy", {}, "float32", "trn1", "h", "sim", "v", dict(t.params), hashlib.sha256(key.encode()).hexdigest(), features(dict(t.params)), lat, "ok"))
+        model.fit(records, holdout=0.0)
+        study.tell(t, lat)
