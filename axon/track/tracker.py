@@ -1,0 +1,181 @@
+"""`Tracker`: every tuning run and sweep as an MLflow run, in a local SQLite store by default.
+
+Runs carry params, per-trial metrics (with step), tags and artifacts; sweeps are parent runs with
+nested children; cost models are logged with `mlflow.xgboost` and registered. MLflow is imported
+lazily (it costs ~2 s). It is a view of `RecordDB`, never the source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from axon.errors import StoreError
+
+DEFAULT_EXPERIMENT = "axon"
+
+
+def workdir_store(workdir: str | Path) -> tuple[str, str]:
+    """(tracking URI, artifact root) of the embedded store in a working directory."""
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{workdir / 'mlflow.db'}", (workdir / "mlartifacts").as_uri()
+
+
+@dataclass
+class Run:
+    """A live MLflow run: log through it, it ends when its `with` block does."""
+
+    tracker: "Tracker"
+    run_id: str
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(str(k), _short(v)) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.tracker.client.log_batch(self.run_id, params=items[i : i + 100])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None and v == v]
+        if items:
+            self.tracker.client.log_batch(self.run_id, metrics=items)
+
+    def log_metric_history(self, name: str, values: list[float]) -> None:
+        """A whole curve at once (steps 0..n-1), batched."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(name, float(v), now, i) for i, v in enumerate(values)]
+        for i in range(0, len(items), 500):
+            self.tracker.client.log_batch(self.run_id, metrics=items[i : i + 500])
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        self.tracker.client.log_batch(self.run_id, tags=[RunTag(k, _short(v)) for k, v in tags.items()])
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        self.tracker.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.tracker.client.log_text(self.run_id, text, artifact_file)
+
+    def log_dict(self, data: Any, artifact_file: str) -> None:
+        self.tracker.client.log_text(self.run_id, json.dumps(data, indent=2, sort_keys=True, default=str), artifact_file)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text[:6000]
+
+
+class Tracker:
+    """MLflow runs for Axon.
+
+    >>> import tempfile
+    >>> t = Tracker.for_workdir(tempfile.mkdtemp())
+    >>> with t.run("demo", params={"workload": "matmul"}) as run:
+    ...     run.log_metrics({"latency_us": 12.5}, step=0)
+    >>> t.client.get_run(run.run_id).data.metrics["latency_us"]
+    12.5
+    """
+
+    def __init__(self, tracking_uri: str, artifact_root: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.tracking_uri = tracking_uri
+        try:
+            self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+            found = self.client.get_experiment_by_name(experiment)
+            self.experiment_id = (
+                found.experiment_id if found else self.client.create_experiment(experiment, artifact_location=artifact_root)
+            )
+        except Exception as exc:  # MLflow raises many types; the user needs the store named
+            raise StoreError(f"MLflow tracking store {tracking_uri} cannot be used: {str(exc).splitlines()[0]}") from None
+
+    @classmethod
+    def for_workdir(cls, workdir: str | Path, experiment: str = DEFAULT_EXPERIMENT) -> "Tracker":
+        uri, root = workdir_store(workdir)
+        return cls(uri, root, experiment)
+
+    @contextmanager
+    def run(self, name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None,
+            parent: Run | str | None = None, run_id: str | None = None) -> Iterator[Run]:
+        """Start (or, with `run_id`, resume) a run; it ends FINISHED, FAILED, or KILLED on Ctrl-C."""
+        all_tags = {"mlflow.runName": name, **(tags or {})}
+        if parent is not None:
+            all_tags["mlflow.parentRunId"] = parent.run_id if isinstance(parent, Run) else parent
+        if run_id is None:
+            created = self.client.create_run(self.experiment_id, tags={k: _short(v) for k, v in all_tags.items()}, run_name=name)
+            run = Run(self, created.info.run_id)
+            if params:
+                run.log_params(params)
+        else:
+            run = Run(self, run_id)
+            self.client.update_run(run_id, status="RUNNING")
+        try:
+            yield run
+        except KeyboardInterrupt:
+            self.client.set_terminated(run.run_id, status="KILLED")
+            raise
+        except BaseException:
+            self.client.set_terminated(run.run_id, status="FAILED")
+            raise
+        else:
+            self.client.set_terminated(run.run_id, status="FINISHED")
+
+    def children(self, parent_run_id: str) -> list[Any]:
+        return self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=1000
+        )
+
+    def recent_runs(self, n: int = 20) -> list[Any]:
+        return self.client.search_runs([self.experiment_id], order_by=["attributes.start_time DESC"], max_results=n)
+
+    def log_cost_model(self, run: Run, model_path: str | Path, registered_name: str, accuracy: float | None) -> int:
+        """Log an XGBoost model file with mlflow.xgboost, register it, and move the `champion`
+        alias to it only if its held-out ranking accuracy did not drop; returns the version."""
+        import mlflow
+        import xgboost as xgb
+
+        booster = xgb.Booster()
+        booster.load_model(str(model_path))
+        previous = os.environ.get("MLFLOW_TRACKING_URI")
+        mlflow.set_tracking_uri(self.tracking_uri)
+        mlflow.set_registry_uri(self.tracking_uri)
+        try:
+            with mlflow.start_run(run_id=run.run_id):
+                info = mlflow.xgboost.log_model(
+                    booster, name="cost_model", registered_model_name=registered_name,
+                    pip_requirements=["xgboost-cpu>=2.1,<4"], model_format="json",
+                )
+        finally:
+            if previous:
+                mlflow.set_tracking_uri(previous)
+        version = int(info.registered_model_version)
+        self.client.set_model_version_tag(registered_name, str(version), "heldout_pairwise", f"{accuracy}")
+        if self._should_promote(registered_name, accuracy):
+            self.client.set_registered_model_alias(registered_name, "champion", str(version))
+        return version
+
+    def _should_promote(self, name: str, accuracy: float | None) -> bool:
+        try:
+            champion = self.client.get_model_version_by_alias(name, "champion")
+        except Exception:  # no champion yet
+            return True
+        try:
+            prior = float(champion.tags.get("heldout_pairwise", "nan"))
+        except ValueError:
+            prior = float("nan")
+        if accuracy is None or accuracy != accuracy:
+            return prior != prior
+        return not (prior == prior and accuracy < prior)
