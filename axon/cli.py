@@ -18,6 +18,8 @@ from axon.errors import AxonError
 LAZY_COMMANDS = {
     "nki": "axon.nki.cli:nki",
     "variants": "axon.synth.cli:variants",
+    "ui": "axon.track.cli:ui",
+    "runs": "axon.track.cli:runs",
 }
 
 

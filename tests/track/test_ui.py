@@ -1,0 +1,60 @@
+"""`axon ui` serves the working directory's runs over MLflow's REST API; `axon runs` lists them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from axon.track import Tracker
+from tests.conftest import REPO, run_axon
+
+
+@pytest.mark.slow
+def test_axon_ui_serves_runs_over_rest(tmp_path):
+    tracker = Tracker.for_workdir(tmp_path)
+    with tracker.run("tune matmul", params={"workload": "matmul"}) as run:
+        run.log_metrics({"best_latency_us": 42.0})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "axon.cli", "ui", "--workdir", str(tmp_path), "--port", "5917"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        line = proc.stdout.readline()  # printed once the server is healthy
+        assert "http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+        url = next(tok for tok in line.split() if tok.startswith("http://"))
+        body = json.dumps({"experiment_ids": [tracker.experiment_id], "max_results": 10}).encode()
+        req = urllib.request.Request(url + "/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            found = json.loads(resp.read())["runs"]
+        assert [r["info"]["run_id"] for r in found] == [run.run_id]
+        metrics = {m["key"]: m["value"] for m in found[0]["data"]["metrics"]}
+        assert metrics["best_latency_us"] == 42.0
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(0.5)
+    # the server is gone
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/health", timeout=2)
+
+
+def test_axon_runs_lists_runs_and_errors_without_store(tmp_path):
+    tracker = Tracker.for_workdir(tmp_path)
+    with tracker.run("tune rmsnorm", params={"workload": "rmsnorm", "hw": "trn1"}) as run:
+        run.log_metrics({"best_latency_us": 7.5})
+    result = run_axon("runs", "--workdir", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout.strip().splitlines()[0])
+    assert row["workload"] == "rmsnorm" and row["best_latency_us"] == 7.5 and row["status"] == "FINISHED"
+    empty = run_axon("runs", "--workdir", str(tmp_path / "nothing"))
+    assert empty.returncode == 2 and "no tracking store" in empty.stderr
