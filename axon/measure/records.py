@@ -8,6 +8,8 @@ deleted. Optuna storage and MLflow runs are views that can be rebuilt from here.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
@@ -43,6 +45,11 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE INDEX IF NOT EXISTS records_kernel ON records (kernel_hash, backend, hw_hash);
 CREATE INDEX IF NOT EXISTS records_task ON records (task);
+CREATE TABLE IF NOT EXISTS claims (
+    kernel_hash TEXT NOT NULL, backend TEXT NOT NULL, hw_hash TEXT NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (kernel_hash, backend, hw_hash)
+);
 """
 
 _COLUMNS = (
@@ -153,6 +160,31 @@ class RecordDB:
             raise StoreError(self._explain(exc)) from None
         return Record(**{**asdict(record), "created": created, "id": cur.lastrowid})
 
+    def claim(self, kernel_hash: str, backend: str, hw_hash: str) -> bool:
+        """Reserve a kernel for measurement by this process; False if a live worker holds it.
+
+        Several workers on one database never measure the same kernel twice: the first claim wins,
+        and a claim left by a dead process on this host is taken over.
+        """
+        me = (socket.gethostname(), os.getpid())
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            row = self._conn.execute(
+                "SELECT host, pid FROM claims WHERE kernel_hash=? AND backend=? AND hw_hash=?", (kernel_hash, backend, hw_hash)
+            ).fetchone()
+            if row is not None and tuple(row) != me and not (row[0] == me[0] and not _alive(row[1])):
+                self._conn.execute("COMMIT")
+                return False
+            self._conn.execute(
+                "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)", (kernel_hash, backend, hw_hash, me[0], me[1], time.time())
+            )
+            self._conn.execute("COMMIT")
+            return True
+        except sqlite3.DatabaseError as exc:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise StoreError(self._explain(exc)) from None
+
     # reading -------------------------------------------------------------------------------------
     def _rows(self, where: str = "", args: tuple = (), limit: int | None = None) -> Iterator[Record]:
         sql = f"SELECT id, {', '.join(_COLUMNS)} FROM records {where} ORDER BY id"
@@ -198,3 +230,13 @@ class RecordDB:
                 f.write(r.to_json() + "\n")
                 n += 1
         return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -101,3 +101,22 @@ def test_neuron_backend_says_plainly_it_cannot_run_here():
         get_backend("neuron")
     with pytest.raises(BackendError, match="unknown backend 'gpu'"):
         get_backend("gpu")
+
+
+def test_claims_keep_workers_from_measuring_one_kernel_twice(tmp_path):
+    path = tmp_path / "records.db"
+    db = RecordDB(path)
+    assert db.claim("k", "sim", "h")
+    assert db.claim("k", "sim", "h")  # the holder may claim again
+    other = subprocess.run(
+        [sys.executable, "-c", f"from axon.measure.records import RecordDB; print(RecordDB({str(path)!r}).claim('k', 'sim', 'h'))"],
+        capture_output=True, text=True, cwd=os.getcwd(),
+    )
+    assert other.stdout.strip() == "False"  # this process is alive and holds it
+    # a claim whose process died is taken over
+    db._conn.execute("UPDATE claims SET pid=999999999")
+    other = subprocess.run(
+        [sys.executable, "-c", f"from axon.measure.records import RecordDB; print(RecordDB({str(path)!r}).claim('k', 'sim', 'h'))"],
+        capture_output=True, text=True, cwd=os.getcwd(),
+    )
+    assert other.stdout.strip() == "True"
