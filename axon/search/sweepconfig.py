@@ -1,0 +1,141 @@
+"""Sweep configuration files (`configs/sweeps/*.yaml`): parsed into a frozen `SweepConfig`.
+
+Errors name the file and the field. This module reads configuration only; `axon.search.sweep`
+runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from axon.errors import SpecError
+
+SAMPLERS = ("costmodel", "tpe", "random")
+
+
+@dataclass(frozen=True)
+class SweepEntry:
+    workload: str
+    preset: str = "default"
+    shape: tuple[tuple[str, int], ...] = ()
+    dtype: str = "float32"
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return dict(self.shape)
+
+    def key(self, hw: str) -> str:
+        dims = ",".join(f"{k}={v}" for k, v in self.shape)
+        return f"{self.workload}[{self.preset}{(';' + dims) if dims else ''}]:{self.dtype}@{hw}"
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    name: str
+    hw: tuple[str, ...]
+    entries: tuple[SweepEntry, ...]
+    backend: str = "sim"
+    sampler: str = "costmodel"
+    trials: int = 32
+    seed: int = 0
+    regression_threshold: float = 0.05
+    registered_model: str = "axon-costmodel-{hw}"
+    source: str = ""
+
+    @property
+    def digest(self) -> str:
+        data = asdict(self)
+        data.pop("source")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+    def tasks(self) -> list[tuple[str, SweepEntry]]:
+        return [(hw, e) for hw in self.hw for e in self.entries]
+
+
+def _field(data: dict, name: str, kind: type | tuple, file: str, default: Any = None, required: bool = False) -> Any:
+    if name not in data:
+        if required:
+            raise SpecError(f"{file}: missing field {name}")
+        return default
+    value = data[name]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise SpecError(f"{file}: field {name} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    import yaml
+
+    path = Path(path)
+    file = str(path)
+    if not path.is_file():
+        raise SpecError(f"sweep config {file} not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        raise SpecError(f"{file} is not valid YAML") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{file}: expected a mapping at the top level")
+    known = {"name", "hw", "entries", "backend", "sampler", "trials", "seed", "regression_threshold", "registered_model"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SpecError(f"{file}: unknown field {unknown[0]}")
+    hw = _field(data, "hw", (list, str), file, ["trn1"])
+    hw = [hw] if isinstance(hw, str) else hw
+    entries_raw = _field(data, "entries", list, file, required=True)
+    if not entries_raw:
+        raise SpecError(f"{file}: field entries is empty")
+    entries = []
+    for i, raw in enumerate(entries_raw):
+        where = f"entries[{i}]"
+        if not isinstance(raw, dict) or "workload" not in raw:
+            raise SpecError(f"{file}: field {where} needs a workload")
+        extra = sorted(set(raw) - {"workload", "preset", "shape", "dtype"})
+        if extra:
+            raise SpecError(f"{file}: unknown field {where}.{extra[0]}")
+        shape = raw.get("shape") or {}
+        if not isinstance(shape, dict) or not all(isinstance(v, int) and v > 0 for v in shape.values()):
+            raise SpecError(f"{file}: field {where}.shape must map dimension names to positive integers")
+        entries.append(SweepEntry(str(raw["workload"]), str(raw.get("preset", "default")), tuple(sorted(shape.items())),
+                                  str(raw.get("dtype", "float32"))))
+    sampler = _field(data, "sampler", str, file, "costmodel")
+    if sampler not in SAMPLERS:
+        raise SpecError(f"{file}: field sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    trials = _field(data, "trials", int, file, 32)
+    if trials < 1:
+        raise SpecError(f"{file}: field trials must be positive, got {trials}")
+    threshold = float(_field(data, "regression_threshold", (int, float), file, 0.05))
+    if threshold < 0:
+        raise SpecError(f"{file}: field regression_threshold must not be negative")
+    return SweepConfig(
+        name=str(_field(data, "name", str, file, path.stem)), hw=tuple(hw), entries=tuple(entries),
+        backend=str(_field(data, "backend", str, file, "sim")), sampler=sampler, trials=trials,
+        seed=int(_field(data, "seed", int, file, 0)), regression_threshold=threshold,
+        registered_model=str(_field(data, "registered_model", str, file, "axon-costmodel-{hw}")), source=file,
+    )
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str
+    latency_ns: float | None
+    previous_ns: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.latency_ns is None or self.previous_ns is None:
+            return None
+        return self.latency_ns / self.previous_ns
+
+
+def compare(current: dict[str, float | None], previous: dict[str, float | None], threshold: float) -> tuple[list[Change], list[Change]]:
+    """All changes against the previous sweep, and the regressions (slower by more than threshold)."""
+    changes = [Change(k, v, previous.get(k)) for k, v in current.items()]
+    regressions = [c for c in changes if c.ratio is not None and c.ratio > 1 + threshold]
+    # a task that worked before and fails now is a regression too
+    regressions += [c for c in changes if c.latency_ns is None and c.previous_ns is not None]
+    return changes, regressions
