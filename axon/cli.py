@@ -18,6 +18,7 @@ from axon.errors import AxonError
 LAZY_COMMANDS = {
     "nki": "axon.nki.cli:nki",
     "variants": "axon.synth.cli:variants",
+    "tune": "axon.search.cli:tune",
     "ui": "axon.track.cli:ui",
     "runs": "axon.track.cli:runs",
 }

@@ -138,6 +138,11 @@ class Tuner:
         cand = self.problem.build(point)
         known = self.db.lookup(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash)
         if known is not None:
+            if known.task != self.task:  # the same kernel measured under another task: copy, do not re-measure
+                known = self.db.add(self._record_stub(
+                    variant_hash=cand.variant_hash, point=point, kernel_hash=cand.kernel_hash, features=dict(cand.features),
+                    latency_ns=known.latency_ns, status=known.status, error=known.error,
+                    measurement={**known.measurement, "copied_from": known.id}))
             return known, "reused"
         if not self.db.claim(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash):
             busy = self._record_stub(point=point, kernel_hash=cand.kernel_hash, status="error",

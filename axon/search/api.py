@@ -1,0 +1,380 @@
+"""`tune()`: one `axon tune` end to end — variants, space, search, numerics check, baselines, tracking.
+
+This is the Python API the CLI and sweeps call. It wires the packages together and owns no
+algorithm: search is `Tuner`, measuring is the backend, recording is `RecordDB`, tracking is
+`Tracker`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from axon import __version__
+from axon.errors import AxonError, SpecError
+from axon.ir import Graph, evaluate, flops, min_bytes
+from axon.measure.backend import get_backend, kernel_hash, write_kernel
+from axon.measure.records import RecordDB
+from axon.search.costmodel import CostModel
+from axon.search.problem import LoweredProblem
+from axon.search.roofline import roofline
+from axon.search.tuner import TrialLog, TuneConfig, Tuner
+from axon.target import load_hw
+
+
+@dataclass(frozen=True)
+class NumericsCheck:
+    dims: dict[str, int]
+    max_rel_err: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_rel_err <= self.tolerance
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    workload: str
+    shapes: dict[str, int]
+    dtype: str
+    hw: str
+    backend: str
+    sampler: str
+    seed: int
+    best_latency_ns: float | None
+    best_point: dict[str, Any]
+    best_description: str
+    kernel_path: str
+    moves: tuple[str, ...]
+    unfused_ns: float | None
+    expert_ns: float | None
+    roofline_ns: float
+    numerics: NumericsCheck | None
+    measured: int
+    reused: int
+    failed: int
+    elapsed_s: float
+    study: str
+    run_id: str = ""
+    curve: tuple[float, ...] = field(default_factory=tuple)
+
+    def summary(self) -> str:
+        def us(ns: float | None) -> str:
+            return "n/a" if ns is None else f"{ns / 1e3:,.1f} us"
+
+        best = self.best_latency_ns
+        lines = [
+            f"{self.workload} {self.shapes} {self.dtype} on {self.hw} ({self.backend}): best {us(best)} "
+            f"after {self.measured} measured / {self.reused} reused / {self.failed} failed trials in {self.elapsed_s:.1f} s",
+            f"  kernel: {self.kernel_path}",
+            f"  variant: {' + '.join(self.moves) or 'as written'}; {self.best_description}",
+        ]
+        for name, ns in (("unfused", self.unfused_ns), ("expert", self.expert_ns)):
+            if ns is not None and best:
+                lines.append(f"  vs {name:8s} {us(ns):>14}  speedup {ns / best:5.2f}x")
+        if best:
+            lines.append(f"  roofline {us(self.roofline_ns):>14}  achieved {self.roofline_ns / best:6.1%} of the bound")
+        if self.numerics is not None:
+            lines.append(f"  numerics: emulator vs float64 reference at {self.numerics.dims}: max rel err "
+                         f"{self.numerics.max_rel_err:.2e} (tolerance {self.numerics.tolerance:g}) "
+                         f"{'OK' if self.numerics.ok else 'FAILED'}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["numerics_ok"] = None if self.numerics is None else self.numerics.ok
+        return data
+
+
+def tolerance(dtype: str) -> float:
+    return 1e-5 if dtype == "float32" else 2e-2
+
+
+def workload_graph(workload: Any, preset: str, dtype: str, shape: dict[str, int] | None) -> Graph:
+    shape = dict(shape or {})
+    if workload.presets:
+        return workload.graph(preset, dtype=dtype, **shape)
+    return workload.graph(None, dtype=dtype, **shape)
+
+
+def verified_variants(graph: Graph, depth: int = 4) -> list[Any]:
+    """The graph's variants whose every move was proved (the original first)."""
+    from axon.synth import discover_variants
+    from axon.verify import Proof
+
+    kept = [v for v in discover_variants(graph, max_depth=depth) if all(isinstance(p, Proof) for p in v.proofs)]
+    if not kept:
+        raise AxonError(f"{graph.name}: variant discovery returned nothing")
+    return kept
+
+
+def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: float = 4e9, seed: int = 0) -> NumericsCheck:
+    """Execute the kernel of `point` in the emulator against the float64 reference.
+
+    At the tuned shape when it is small enough, otherwise at a reduced shape (each dimension cut to
+    at most 512) with the same point, so the same tiling code runs on real numbers.
+    """
+    from axon import nki
+    from axon.ir import random_inputs
+
+    graph = problem.graph
+    dims = dict(graph.bindings)
+    if flops(graph) > max_flops:
+        dims = {k: min(v, 512) for k, v in dims.items()}
+        graph = graph.bind(**dims)
+        problem = LoweredProblem(problem.workload, graph, problem.hw,
+                                 [_rebind(v, dims) for v in problem.variants], problem.dtype)
+    reason = problem.validate(point)
+    if reason is not None:
+        raise AxonError(f"the best point cannot be checked at {dims}: {reason}")
+    cand = problem.build(point)
+    inputs = random_inputs(graph, seed)
+    expected = evaluate(graph, inputs)
+    path = write_kernel(cand.source)
+    fn = nki.load_kernel(f"{path}:{cand.kernel}")
+    arrays = [inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype) for n in graph.input_names]
+    out = nki.run(fn, *arrays, hw=problem.hw)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    worst = 0.0
+    for name, value in zip(graph.output_names, outs):
+        ref = expected[name]
+        got = np.asarray(value, dtype=np.float64).reshape(ref.shape)
+        worst = max(worst, float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30)))
+    return NumericsCheck(dims, worst, tolerance(problem.dtype))
+
+
+def _cast(x: np.ndarray, dtype: str) -> np.ndarray:
+    import ml_dtypes
+
+    return x.astype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}.get(dtype, np.float32))
+
+
+def _rebind(variant: Any, dims: dict[str, int]) -> Any:
+    from dataclasses import replace
+
+    return replace(variant, graph=variant.graph.bind(**dims))
+
+
+def _baseline(problem: LoweredProblem, backend: Any, db: RecordDB, point: dict[str, Any], label: str) -> float | None:
+    """Latency of a baseline kernel (measured once per kernel source, recorded under its own task)."""
+    from axon.measure.records import Record
+
+    if problem.validate(point) is not None:
+        return None
+    cand = problem.build(point)
+    known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash)
+    if known is None:
+        m = backend.measure(cand.source, cand.kernel, cand.inputs, problem.hw)
+        known = db.add(Record(f"{problem.workload}#{label}", problem.shapes, problem.dtype, problem.hw.name, problem.hw.file_hash,
+                              backend.name, cand.variant_hash, point, cand.kernel_hash, dict(cand.features), m.latency_ns,
+                              m.status, m.error, m.as_dict(), __version__))
+    return known.latency_ns
+
+
+def expert_latency(workload: str, graph: Graph, hw: Any, backend: Any) -> float | None:
+    """The hand-written expert kernel of this workload, if there is one, on the same backend."""
+    try:
+        from axon.lower import expert
+    except ImportError:
+        return None
+    found = expert.kernel_for(workload, graph, hw)
+    if found is None:
+        return None
+    source, name = found
+    inputs = tuple((n.attr("name"), graph.concrete_shape(n.id), n.type.dtype) for n in graph.inputs)
+    m = backend.measure(source, name, inputs, hw)
+    return m.latency_ns
+
+
+def load_cost_model(ref: str | None, seed: int, tracking_uri: str | None = None) -> CostModel:
+    """A new model, a saved JSON file, or a registered one (`models:/name@alias`)."""
+    if not ref:
+        return CostModel(seed=seed)
+    if ref.startswith("models:/"):
+        import tempfile
+
+        import mlflow
+        import mlflow.xgboost
+
+        if tracking_uri:
+            mlflow.set_tracking_uri(tracking_uri)
+            mlflow.set_registry_uri(tracking_uri)
+        try:
+            booster = mlflow.xgboost.load_model(ref)
+        except Exception as exc:  # MLflow raises several types for a missing model
+            raise AxonError(f"cost model {ref} cannot be loaded: {str(exc).splitlines()[0]}") from None
+        path = Path(tempfile.mkdtemp()) / "model.json"
+        booster.save_model(str(path))
+        return CostModel.load(path)
+    return CostModel.load(ref)
+
+
+def journal_storage(workdir: Path, storage: str | None) -> Any:
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if storage:
+        return storage if "://" in storage else JournalStorage(JournalFileBackend(storage))
+    return JournalStorage(JournalFileBackend(str(workdir / "optuna.log")))
+
+
+def tune(
+    workload: str,
+    *,
+    shape: dict[str, int] | None = None,
+    preset: str = "default",
+    dtype: str = "float32",
+    hw: str = "trn1",
+    backend: str = "sim",
+    trials: int = 64,
+    seconds: float | None = None,
+    sampler: str = "costmodel",
+    cost_model: str | None = None,
+    seed: int = 0,
+    workdir: str | Path = ".axon",
+    storage: str | None = None,
+    study: str | None = None,
+    out: str | Path | None = None,
+    track: bool = True,
+    tracking_uri: str | None = None,
+    parent_run: Any = None,
+    patience: int | None = None,
+    depth: int = 4,
+    check: bool = True,
+    on_trial: Callable[[TrialLog], None] | None = None,
+) -> TuneReport:
+    """Tune one workload and return the report; the best kernel is written to `out`.
+
+    >>> # tune("rmsnorm_matmul", preset="small", trials=8, workdir="/tmp/axon")  # doctest: +SKIP
+    """
+    from axon.workloads import get
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    w = get(workload)
+    graph = workload_graph(w, preset, dtype, shape)
+    spec = load_hw(hw)
+    meter = get_backend(backend)
+    variants = verified_variants(graph, depth)
+    problem = LoweredProblem(w.name, graph, spec, variants, dtype)
+    model = load_cost_model(cost_model, seed, tracking_uri)
+    db = RecordDB(workdir / "records.db")
+    config = TuneConfig(trials=trials, seconds=seconds, sampler=sampler, seed=seed, patience=patience, study_name=study)
+    bound = roofline(graph, spec)
+
+    tracker = None
+    if track:
+        from axon.track import Tracker
+        from axon.track.tracker import workdir_store
+
+        uri, root = workdir_store(workdir)
+        tracker = Tracker(tracking_uri or uri, None if tracking_uri else root)
+    params = {"workload": w.name, "shapes": dict(graph.bindings), "dtype": dtype, "hw": spec.name, "hw_file_hash": spec.file_hash,
+              "backend": meter.name, "sampler": sampler, "trials": trials, "seed": seed, "axon_version": __version__,
+              "cost_model": cost_model or "", "variants": len(variants), "flops": flops(graph), "min_bytes": min_bytes(graph)}
+    start = time.perf_counter()
+    logs: list[TrialLog] = []
+
+    def run_with(run: Any) -> TuneReport:
+        def trial_hook(log: TrialLog) -> None:
+            logs.append(log)
+            if run is not None:
+                metrics = {"latency_us": None if log.latency_ns is None else log.latency_ns / 1e3,
+                           "best_latency_us": None if log.best_ns is None else log.best_ns / 1e3,
+                           "predicted_score": log.predicted}
+                if log.accuracy is not None:
+                    metrics.update(log.accuracy.as_metrics())
+                run.log_metrics({k: v for k, v in metrics.items() if v is not None}, step=log.number)
+            if on_trial:
+                on_trial(log)
+
+        tuner = Tuner(problem, meter, db, TuneConfig(**{**asdict(config), "run_id": run.run_id if run else ""}),
+                      journal_storage(workdir, storage), model, trial_hook)
+        result = tuner.run()
+        if result.best is None:
+            raise AxonError(f"{w.name}: no trial produced a valid measurement ({result.failed} failed)")
+        best_point = dict(result.best.point)
+        numerics = numerics_check(problem, best_point, seed=seed) if check else None
+        if numerics is not None and not numerics.ok:
+            raise AxonError(f"{w.name}: the best kernel does not match the reference (max rel err {numerics.max_rel_err:.2e})")
+        cand = problem.build(best_point)
+        kernel_path = Path(out) if out else workdir / "kernels" / f"{w.name}_{spec.name}_{cand.kernel_hash[:8]}.py"
+        kernel_path.parent.mkdir(parents=True, exist_ok=True)
+        kernel_path.write_text(cand.source)
+        unfused_point = problem.complete(0, {**problem.spaces[0].default_point().as_dict(), "fusion": "unfused"})
+        unfused = _baseline(problem, meter, db, unfused_point, "unfused")
+        expert = expert_latency(w.name, graph, spec, meter)
+        index = int(best_point.get("variant", 0))
+        moves = tuple(m.name for m in getattr(variants[index], "moves", ()))
+        curve = tuple(l.best_ns for l in logs if l.best_ns is not None)
+        report = TuneReport(w.name, dict(graph.bindings), dtype, spec.name, meter.name, sampler, seed, result.best.latency_ns,
+                            best_point, problem.describe(best_point), str(kernel_path), moves, unfused, expert,
+                            bound.bound_ns, numerics, result.measured, result.reused, result.failed,
+                            time.perf_counter() - start, result.study_name, run.run_id if run else "", curve)
+        if run is not None:
+            _log_artifacts(run, report, cand.source, logs, variants[index], model, workdir)
+        return report
+
+    if tracker is None:
+        return run_with(None)
+    with tracker.run(f"tune {w.name}", params=params, tags={"axon.workload": w.name, "axon.hw": spec.name},
+                     parent=parent_run) as run:
+        return run_with(run)
+
+
+def _log_artifacts(run: Any, report: TuneReport, source: str, logs: list[TrialLog], variant: Any, model: CostModel, workdir: Path) -> None:
+    run.log_text(source, f"kernel/{Path(report.kernel_path).name}")
+    run.log_dict(report.as_dict(), "report.json")
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["trial", "status", "latency_ns", "best_ns", "predicted", "reason"])
+    for l in logs:
+        writer.writerow([l.number, l.status, l.latency_ns, l.best_ns, l.predicted, l.reason[:200]])
+    run.log_text(buf.getvalue(), "search_trace.csv")
+    proofs = [{"move": m.name, "proof": str(p)} for m, p in zip(getattr(variant, "moves", ()), getattr(variant, "proofs", ()))]
+    run.log_dict(proofs, "proofs.json")
+    metrics = {"best_latency_us": report.best_latency_ns / 1e3 if report.best_latency_ns else None,
+               "roofline_fraction": report.roofline_ns / report.best_latency_ns if report.best_latency_ns else None,
+               "speedup_vs_unfused": report.unfused_ns / report.best_latency_ns if report.unfused_ns and report.best_latency_ns else None,
+               "speedup_vs_expert": report.expert_ns / report.best_latency_ns if report.expert_ns and report.best_latency_ns else None,
+               "measured": report.measured, "tuning_s": report.elapsed_s}
+    run.log_metrics({k: v for k, v in metrics.items() if v is not None}, step=len(logs))
+    plots = workdir / "plots"
+    plots.mkdir(exist_ok=True)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        lat = [(l.number, l.latency_ns / 1e3) for l in logs if l.latency_ns]
+        if lat:
+            ax.scatter(*zip(*lat), s=8, alpha=0.5, label="measured")
+        best = [(l.number, l.best_ns / 1e3) for l in logs if l.best_ns]
+        if best:
+            ax.step(*zip(*best), where="post", label="best so far")
+        ax.axhline(report.roofline_ns / 1e3, color="gray", ls="--", label="roofline")
+        ax.set_xlabel("trial")
+        ax.set_ylabel("latency (us)")
+        ax.set_title(f"{report.workload} on {report.hw}")
+        ax.legend()
+        fig.tight_layout()
+        path = plots / f"convergence_{run.run_id}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        run.log_artifact(path, "plots")
+    except Exception as exc:  # a plot is not worth failing a run over; say so in the run
+        run.set_tags({"axon.plot_error": str(exc)[:200]})
+    if model.is_trained and model.booster is not None:
+        importance = model.booster.get_score(importance_type="gain")
+        run.log_dict(dict(sorted(importance.items(), key=lambda kv: -kv[1])), "cost_model/feature_importance.json")

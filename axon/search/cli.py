@@ -1,0 +1,74 @@
+"""`axon tune` and `axon sweep`: thin click wrappers over `axon.search.api` and `axon.search.sweep`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from axon.track.cli import resolve_workdir, workdir_option
+
+
+class Progress:
+    """A tqdm bar on stderr showing the best latency so far (silent with --quiet/--json)."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="trial", file=sys.stderr, dynamic_ncols=True, leave=True)
+
+    def __call__(self, log) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        if log.best_ns is not None:
+            self.bar.set_postfix_str(f"best {log.best_ns / 1e3:,.1f} us")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@click.command()
+@click.argument("workload")
+@click.option("--shape", default=None, help="Bind dimensions over the preset, e.g. M=4096,K=1024.")
+@click.option("--preset", default="default", show_default=True)
+@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
+@click.option("--hw", default="trn1", show_default=True, help="Hardware file: trn1, trn2 or a YAML path.")
+@click.option("--backend", default="sim", show_default=True, type=click.Choice(["sim", "neuron"]))
+@click.option("--trials", default=64, show_default=True, type=click.IntRange(1))
+@click.option("--seconds", default=None, type=float, help="Time budget (stops at whichever budget ends first).")
+@click.option("--sampler", default="costmodel", show_default=True, type=click.Choice(["costmodel", "tpe", "random"]))
+@click.option("--cost-model", default=None, help="A model file or models:/axon-costmodel-trn1@champion to start from.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@workdir_option
+@click.option("--storage", default=None, help="Optuna storage: a journal file path or postgresql://... (default WORKDIR/optuna.log).")
+@click.option("--study", default=None, help="Study name (workers with the same name share one study).")
+@click.option("--out", default=None, help="Where to write the best kernel (default WORKDIR/kernels/...).")
+@click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
+@click.option("--no-track", is_flag=True, help="Do not log to MLflow.")
+@click.option("--patience", default=None, type=int, help="Stop after this many trials without improvement.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def tune(workload, shape, preset, dtype, hw, backend, trials, seconds, sampler, cost_model, seed, workdir, storage, study,
+         out, tracking_uri, no_track, patience, quiet, as_json) -> None:
+    """Tune WORKLOAD (a built-in name or path.py:function) and write the best verified kernel."""
+    from axon.cli import parse_shape_option
+    from axon.search.api import tune as run_tune
+
+    dims = parse_shape_option(shape)
+    progress = Progress(trials, workload, enabled=not (quiet or as_json))
+    try:
+        report = run_tune(workload, shape=dims, preset=preset, dtype=dtype, hw=hw, backend=backend, trials=trials,
+                          seconds=seconds, sampler=sampler, cost_model=cost_model, seed=seed, workdir=resolve_workdir(workdir),
+                          storage=storage, study=study, out=out, track=not no_track, tracking_uri=tracking_uri,
+                          patience=patience, on_trial=progress)
+    finally:
+        progress.close()
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), default=str))
+    else:
+        click.echo(report.summary())

@@ -1,0 +1,133 @@
+"""Features of a lowered kernel for the cost model, computed from the `TileProgram` (no tracing).
+
+Every instruction of the program is costed once with the ISA cost formulas (`axon.target.costs`)
+and multiplied by its loop trip counts, giving analytic per-engine busy times; DMA gets the same
+treatment. Everything is log-scaled or a ratio so that a model trained on one shape transfers to
+another. The numbers are estimates for ranking, not a simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from axon.ir import DTYPE_BYTES
+from axon.nki.trace import Access, Instr as TraceInstr
+from axon.target import HardwareSpec
+from axon.target.costs import CYCLES, dma_cost
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+CATEGORICAL = {"fusion": ("fused", "split_matmuls", "unfused"), "transpose": ("pe", "dma"),
+               "weights": ("stream", "resident"), "evac": ("vector", "scalar")}
+NUMERIC = ("tile_m", "m_block", "tile_n", "tile_k", "bufs", "psum_bufs")
+OPCODES = ("nc_matmul", "nc_transpose", "activation", "tensor_scalar", "tensor_tensor", "tensor_reduce",
+           "tensor_copy", "dma_copy", "dma_transpose")
+
+
+def _lg(x: float) -> float:
+    return math.log2(1.0 + max(x, 0.0))
+
+
+def _access(ref: Any, tensors: Mapping[str, Any]) -> Access:
+    t = tensors[ref.tensor]
+    shape = ref.shape or (1,)
+    nbytes = DTYPE_BYTES[t.dtype]
+    for s in shape:
+        nbytes *= s
+    partitions = shape[0] if t.buffer != "hbm" else 1
+    per_partition = nbytes // max(partitions, 1)
+    return Access(0, t.buffer, 0, partitions, 0, per_partition, nbytes, DTYPE_BYTES[t.dtype])
+
+
+def _as_trace_instr(ins: Any, tensors: Mapping[str, Any]) -> TraceInstr:
+    reads = tuple(_access(r, tensors) for r in ins.reads)
+    main = ins.arg("data") or ins.arg("src") or ins.arg("moving") or ins.dst
+    attrs = []
+    if ins.opcode == "nc_matmul":
+        stationary, moving = ins.arg("stationary"), ins.arg("moving")
+        attrs = [("moving_free", moving.shape[-1]), ("stationary_free", stationary.shape[-1])]
+    for key in ("op", "op0", "op1"):
+        value = ins.arg(key)
+        if isinstance(value, str):
+            attrs.append((key, value.split(".")[-1]))
+    return TraceInstr(0, ins.opcode, ins.engine, ins.partitions, ins.free_size, tensors[main.tensor].dtype,
+                      reads, (_access(ins.dst, tensors),), 0, attrs=tuple(attrs))
+
+
+def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, min_bytes: float = 0.0) -> dict[str, float]:
+    """Shape-generic features of `program` (an `axon.lower.TileProgram`) on `hw`."""
+    tensors = program.tensors()
+    busy = {e: 0.0 for e in ENGINES}
+    counts = {e: 0 for e in ENGINES + ("dma",)}
+    opcodes: dict[str, int] = {}
+    dma = {"ns": 0.0, "bytes": 0.0, "transfers": 0, "fixed_ns": 0.0}
+    trips = {"loops": 0, "iterations": 0}
+    cache: dict[int, tuple[str, float, float, float]] = {}
+
+    def cost(ins: Any) -> tuple[str, float, float, float]:
+        key = id(ins)
+        if key not in cache:
+            t = _as_trace_instr(ins, tensors)
+            if ins.engine == "dma":
+                c = dma_cost(t, hw)
+                cache[key] = ("dma", c.engine_ns * c.engines, float(c.nbytes), c.fixed_ns)
+            else:
+                fn = CYCLES.get(ins.opcode)
+                cycles = fn(t, hw) if fn else float(max(hw.costs.min_ii_cycles, t.free_size))
+                cache[key] = (ins.engine, cycles / hw.engines[ins.engine].clock_ghz, 0.0, 0.0)
+        return cache[key]
+
+    def walk(stmts: tuple, mult: int) -> None:
+        for s in stmts:
+            body = getattr(s, "body", None)
+            if body is not None and hasattr(s, "extent"):
+                trips["loops"] += 1
+                trips["iterations"] += mult * s.extent
+                walk(body, mult * s.extent)
+            elif hasattr(s, "opcode"):
+                engine, ns, nbytes, fixed = cost(s)
+                opcodes[s.opcode] = opcodes.get(s.opcode, 0) + mult
+                counts[engine] = counts.get(engine, 0) + mult
+                if engine == "dma":
+                    dma["ns"] += mult * ns
+                    dma["bytes"] += mult * nbytes
+                    dma["transfers"] += mult
+                    dma["fixed_ns"] += mult * fixed
+                else:
+                    busy[engine] += mult * ns
+
+    walk(program.body, 1)
+    # engine-time spread over the DMA engines, capped below by the core's HBM bandwidth
+    dma_time = max(dma["ns"] / hw.dma.engines, dma["bytes"] / hw.hbm_bytes_per_ns)
+    bound = max(max(busy.values()), dma_time, 1.0)
+    stats = program.stats()
+    f: dict[str, float] = {}
+    for e in ENGINES:
+        f[f"busy_{e}_log"] = _lg(busy[e])
+        f[f"busy_{e}_share"] = busy[e] / bound
+        f[f"count_{e}_log"] = _lg(counts[e])
+    f["dma_time_log"] = _lg(dma_time)
+    f["dma_share"] = dma_time / bound
+    f["dma_fixed_log"] = _lg(dma["fixed_ns"] / (hw.dma.engines * hw.dma.queues_per_engine))
+    f["dma_bytes_log"] = _lg(dma["bytes"])
+    f["dma_transfers_log"] = _lg(dma["transfers"])
+    f["dma_bytes_per_transfer_log"] = _lg(dma["bytes"] / max(dma["transfers"], 1))
+    f["bound_log"] = _lg(bound)
+    f["sum_busy_over_bound"] = (sum(busy.values()) + dma_time) / bound
+    f["sbuf_fraction"] = stats.sbuf_bytes_per_partition / hw.memory.sbuf_bytes_per_partition
+    f["psum_fraction"] = stats.psum_bytes_per_partition / hw.memory.psum_bytes_per_partition
+    f["loops"] = float(trips["loops"])
+    f["iterations_log"] = _lg(trips["iterations"])
+    f["intensity_log"] = _lg(matmul_flops / max(dma["bytes"], 1.0))
+    f["traffic_over_min"] = dma["bytes"] / max(min_bytes, 1.0)
+    f["scratch_tensors"] = float(len(program.scratch))
+    for op in OPCODES:
+        f[f"op_{op}_log"] = _lg(opcodes.get(op, 0))
+    point = dict(program.point)
+    for knob in NUMERIC:
+        f[f"knob_{knob}_log"] = _lg(float(point.get(knob, 0) or 0))
+    for knob, choices in CATEGORICAL.items():
+        for c in choices:
+            f[f"knob_{knob}_{c}"] = float(point.get(knob) == c)
+    f["knob_isel_sum"] = float(sum(v for k, v in point.items() if k.startswith("isel.") and isinstance(v, int)))
+    return f

@@ -1,0 +1,134 @@
+"""`LoweredProblem`: a workload's verified variants times their schedule spaces, as one search space.
+
+A point is `{"variant": i, <knob>: value, ...}` over the union of the variants' knobs; knobs a
+variant does not have are ignored when it is lowered (two such points are the same kernel, and the
+record database recognises it by source hash). Lowering results are cached per point, since the
+sampler scores many candidates and validation lowers too.
+"""
+
+from __future__ import annotations
+
+
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from optuna.distributions import CategoricalDistribution
+
+from axon.errors import AxonError
+from axon.ir import Graph, matmul_flops, min_bytes
+from axon.lower import lower
+from axon.lower.emit import emit
+from axon.lower.space import Space
+from axon.measure.backend import kernel_hash
+from axon.search.features import program_features
+from axon.search.sampler import point_key
+from axon.search.tuner import Candidate
+from axon.target import HardwareSpec
+
+
+class LoweredProblem:
+    """Tune `graph` (bound to its shapes) on `hw` over `variants` (objects with `.graph`, `.hash`)."""
+
+    def __init__(self, workload: str, graph: Graph, hw: HardwareSpec, variants: Sequence[Any], dtype: str) -> None:
+        if not variants:
+            raise AxonError(f"{workload}: no variant to tune")
+        self.workload, self.graph, self.hw, self.dtype = workload, graph, hw, dtype
+        self.shapes = dict(graph.bindings)
+        self.variants = list(variants)
+        self.spaces = [Space(v, hw) for v in self.variants]
+        self._flops = float(matmul_flops(graph))
+        self._min_bytes = float(min_bytes(graph))
+        choices: dict[str, list[Any]] = {}
+        for space in self.spaces:
+            for knob in space.knobs:
+                merged = choices.setdefault(knob.name, [])
+                merged.extend(c for c in knob.choices if c not in merged)
+        self._dists = {"variant": CategoricalDistribution(tuple(range(len(self.variants))))}
+        self._dists.update({k: CategoricalDistribution(tuple(v)) for k, v in sorted(choices.items())})
+        self._lowered = lru_cache(maxsize=4096)(self._lower_key)
+
+    # the search space ------------------------------------------------------------------------------
+    def distributions(self) -> dict[str, CategoricalDistribution]:
+        return dict(self._dists)
+
+    def _split(self, point: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        index = int(point.get("variant", 0))
+        names = {k.name for k in self.spaces[index].knobs}
+        return index, {k: v for k, v in point.items() if k in names}
+
+    def complete(self, index: int, knobs: Mapping[str, Any]) -> dict[str, Any]:
+        """A full point for the study: the variant's knobs, every other knob at its first choice."""
+        full = {name: dist.choices[0] for name, dist in self._dists.items()}
+        full.update(knobs)
+        full["variant"] = index
+        return full
+
+    def default_point(self, index: int = 0) -> dict[str, Any]:
+        return self.complete(index, self.spaces[index].default_point().as_dict())
+
+    def sample(self, rng: np.random.Generator) -> dict[str, Any]:
+        index = int(rng.integers(len(self.variants)))
+        space = self.spaces[index]
+        knobs = {k.name: k.choices[int(rng.integers(len(k.choices)))] for k in space.knobs}
+        return self.complete(index, knobs)
+
+    def mutate(self, point: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        index, knobs = self._split(point)
+        if rng.random() < 0.1 and len(self.variants) > 1:
+            index = int(rng.integers(len(self.variants)))
+            base = self.spaces[index].default_point().as_dict()
+            base.update({k: v for k, v in knobs.items() if k in base})
+            return self.complete(index, base)
+        space = self.spaces[index]
+        knob = space.knobs[int(rng.integers(len(space.knobs)))]
+        knobs[knob.name] = knob.choices[int(rng.integers(len(knob.choices)))]
+        return self.complete(index, knobs)
+
+    # lowering --------------------------------------------------------------------------------------
+    def _lower_key(self, key: str) -> Any:
+        import json
+
+        index, knobs = self._split(json.loads(key))
+        space = self.spaces[index]
+        for k in space.knobs:
+            if knobs.get(k.name) not in k.choices:
+                return f"knob {k.name}: {knobs.get(k.name)!r} is not one of {k.choices}"
+        try:
+            return lower(self.variants[index], knobs, self.hw)
+        except AxonError as exc:
+            return str(exc)
+
+    def program(self, point: Mapping[str, Any]) -> Any:
+        return self._lowered(point_key(point))
+
+    def validate(self, point: Mapping[str, Any]) -> str | None:
+        result = self.program(point)
+        return result if isinstance(result, str) else None
+
+    def features(self, point: Mapping[str, Any]) -> dict[str, float]:
+        prog = self.program(point)
+        if isinstance(prog, str):
+            return {}
+        f = program_features(prog, self.hw, self._flops, self._min_bytes)
+        index, _ = self._split(point)
+        f["variant_moves"] = float(len(getattr(self.variants[index], "moves", ())))
+        return f
+
+    def build(self, point: Mapping[str, Any]) -> Candidate:
+        prog = self.program(point)
+        if isinstance(prog, str):
+            raise AxonError(f"point cannot be lowered: {prog}")
+        index, _ = self._split(point)
+        source = emit(prog)
+        inputs = tuple((n.attr("name"), self.graph.concrete_shape(n.id), n.type.dtype) for n in self.graph.inputs)
+        variant = self.variants[index]
+        return Candidate(source, prog.name, inputs, self.features(point),
+                         getattr(variant, "hash", self.graph.canonical_hash()), kernel_hash(source))
+
+    def describe(self, point: Mapping[str, Any]) -> str:
+        index, knobs = self._split(point)
+        moves = [m.name for m in getattr(self.variants[index], "moves", ())]
+        return f"variant {index} ({' + '.join(moves) or 'as written'}), " + ", ".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+
+
