@@ -19,6 +19,7 @@ LAZY_COMMANDS = {
     "nki": "axon.nki.cli:nki",
     "variants": "axon.synth.cli:variants",
     "tune": "axon.search.cli:tune",
+    "sweep": "axon.search.cli:sweep",
     "ui": "axon.track.cli:ui",
     "runs": "axon.track.cli:runs",
 }

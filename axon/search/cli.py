@@ -72,3 +72,50 @@ def tune(workload, shape, preset, dtype, hw, backend, trials, seconds, sampler, 
         click.echo(json.dumps(report.as_dict(), default=str))
     else:
         click.echo(report.summary())
+
+
+@click.command()
+@click.argument("config", type=click.Path())
+@workdir_option
+@click.option("--cost-model", default=None, help="Start every task from this model (file or models:/...).")
+@click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
+@click.option("--trials", default=None, type=int, help="Override the config's trials per task.")
+@click.option("--sampler", default=None, type=click.Choice(["costmodel", "tpe", "random"]), help="Override the config's sampler.")
+@click.option("--fail-on-regression", is_flag=True, help="Exit 3 when a task is more than the threshold slower than last time.")
+@click.option("--quiet", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_regression, quiet, as_json) -> None:
+    """Run (or resume) the sweep CONFIG (e.g. configs/sweeps/nightly.yaml) as nested MLflow runs."""
+    from axon.search.sweep import run_sweep
+
+    path = resolve_workdir(workdir)
+    bar = {"p": None}
+
+    def on_task(key: str, i: int, n: int) -> None:
+        if bar["p"] is not None:
+            bar["p"].close()
+        bar["p"] = Progress(trials or 0, f"[{i + 1}/{n}] {key}", enabled=not (quiet or as_json))
+
+    def on_trial(log) -> None:
+        if bar["p"] is not None:
+            bar["p"](log)
+
+    try:
+        report = run_sweep(config, path, cost_model=cost_model, tracking_uri=tracking_uri, on_task=on_task, on_trial=on_trial,
+                           trials=trials, sampler=sampler)
+    finally:
+        if bar["p"] is not None:
+            bar["p"].close()
+    if as_json:
+        click.echo(json.dumps({"name": report.name, "parent_run_id": report.parent_run_id, "regressions": list(report.regressions),
+                               "rows": [r.__dict__ for r in report.rows], "model_versions": report.model_versions}, default=str))
+    else:
+        click.echo(report.table())
+        click.echo(f"\nsweep {report.name}: {len(report.rows)} tasks in {report.elapsed_s:.0f} s; parent run {report.parent_run_id}")
+        for hw, v in report.model_versions.items():
+            click.echo(f"cost model for {hw}: registered version {v} (held-out pairwise accuracy {report.model_accuracy.get(hw)})")
+        if report.regressions:
+            click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
+        click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")
+    if fail_on_regression and report.regressions:
+        sys.exit(3)
