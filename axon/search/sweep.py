@@ -147,8 +147,10 @@ def run_sweep(config_path: str | Path, workdir: str | Path, *, fail_on_regressio
             state_path.write_text(json.dumps(state))
         previous = _previous(tracker, config.name, parent.run_id)
         tasks = config.tasks()
+        from axon.target import load_hw
+
         for i, (hw, entry) in enumerate(tasks):
-            key = entry.key(hw)
+            key = entry.key(load_hw(hw).name)  # by the file's machine name: a recalibrated trn1 is still trn1
             if on_task:
                 on_task(key, i, len(tasks))
             if key in state["done"]:
@@ -185,15 +187,18 @@ def _retrain(config: SweepConfig, workdir: Path, tracker: Any, parent: Any) -> t
     db = RecordDB(workdir / "records.db")
     versions, accuracy = {}, {}
     for hw in config.hw:
-        records = [r for r in db.records() if r.backend == config.backend and r.hw == hw and "#" not in r.workload]
+        from axon.target import load_hw
+
+        hw_name = load_hw(hw).name
+        records = [r for r in db.records() if r.backend == config.backend and r.hw == hw_name and "#" not in r.workload]
         model = CostModel(seed=config.seed)
         acc = model.fit(records, holdout=0.2)
         if not model.is_trained:
             continue
-        path = model.save(workdir / "models" / f"costmodel-{hw}.json")
-        name = config.registered_model.format(hw=hw)
-        accuracy[hw] = None if acc is None else acc.pairwise
-        versions[hw] = tracker.log_cost_model(parent, path, name, accuracy[hw])
-        parent.log_metrics({f"cost_model_{hw}_pairwise": acc.pairwise if acc else float("nan"),
-                            f"cost_model_{hw}_records": len(records)})
+        path = model.save(workdir / "models" / f"costmodel-{hw_name}.json")
+        name = config.registered_model.format(hw=hw_name)
+        accuracy[hw_name] = None if acc is None else acc.pairwise
+        versions[hw_name] = tracker.log_cost_model(parent, path, name, accuracy[hw_name])
+        parent.log_metrics({f"cost_model_{hw_name}_pairwise": acc.pairwise if acc else float("nan"),
+                            f"cost_model_{hw_name}_records": len(records)})
     return versions, accuracy

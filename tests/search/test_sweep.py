@@ -1,0 +1,63 @@
+"""Sweeps end to end into a temporary MLflow store, checked through the MLflow API."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from axon.search.sweep import run_sweep
+from axon.target.hardware import CONFIG_DIR
+from axon.track import Tracker
+from tests.conftest import run_axon
+
+pytestmark = pytest.mark.slow
+
+
+def _config(tmp_path, name="t", hw="trn1", trials=4):
+    path = tmp_path / f"{name}-{trials}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name, "hw": [str(hw)], "trials": trials, "seed": 0, "sampler": "costmodel",
+        "registered_model": "axon-costmodel-{hw}",
+        "entries": [{"workload": "softmax", "preset": "small"}, {"workload": "rmsnorm_matmul", "preset": "small"}],
+    }))
+    return path
+
+
+def test_two_workload_sweep_is_tracked_and_registers_a_champion(tmp_path):
+    work = tmp_path / "work"
+    report = run_sweep(_config(tmp_path), work)
+    tracker = Tracker.for_workdir(work)
+    parent = tracker.client.get_run(report.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["axon.sweep"] == "t"
+    children = tracker.children(report.parent_run_id)
+    assert sorted(c.data.params["workload"] for c in children) == ["rmsnorm_matmul", "softmax"]
+    for child in children:
+        history = tracker.client.get_metric_history(child.info.run_id, "best_latency_us")
+        assert len(history) >= 4
+        names = {a.path for a in tracker.client.list_artifacts(child.info.run_id)}
+        assert {"kernel", "search_trace.csv", "proofs.json", "report.json", "plots"} <= names
+    assert {a.path for a in tracker.client.list_artifacts(report.parent_run_id)} >= {"summary.md", "summary.csv"}
+    champion = tracker.client.get_model_version_by_alias("axon-costmodel-trn1", "champion")
+    assert int(champion.version) == report.model_versions["trn1"]
+    assert not report.regressions
+
+
+def test_a_slower_configuration_is_flagged_as_regression(tmp_path):
+    work = tmp_path / "work"
+    first = run_sweep(_config(tmp_path, trials=3), work)
+    assert not first.regressions
+    # the same machine (its file says trn1) with the engines at half clock: every kernel is slower
+    slow = yaml.safe_load((CONFIG_DIR / "trn1.yaml").read_text())
+    for engine in slow["engines"].values():
+        engine["clock_ghz"] /= 2
+    slow["dma"]["bytes_per_ns_per_engine"] /= 2
+    slow["memory"]["hbm_bandwidth_gbps"] /= 2
+    slow_path = tmp_path / "trn1_slow.yaml"
+    slow_path.write_text(yaml.safe_dump(slow))
+    second = run_sweep(_config(tmp_path, hw=slow_path, trials=3), work)
+    assert set(second.regressions) == {r.key for r in second.rows}
+    assert all(r.change is not None and r.change > 0.05 for r in second.rows)
+    result = run_axon("sweep", str(_config(tmp_path, hw=slow_path, trials=2)), "--workdir", str(work), "--quiet",
+                      "--fail-on-regression", timeout=600)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "REGRESSIONS" in result.stdout

@@ -1,0 +1,99 @@
+"""The tuner end to end on the sim backend: report, resume after kill -9, two workers, bad stores."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from axon.measure.records import RecordDB
+from tests.conftest import REPO, run_axon
+
+
+def _measured(db: RecordDB) -> list[str]:
+    """Kernel hashes of records that were really measured (not copies of an earlier measurement)."""
+    return [r.kernel_hash for r in db.records() if "copied_from" not in r.measurement and "#" not in r.workload]
+
+
+def test_tune_reports_a_checked_kernel_and_tracks_it(tmp_path):
+    from axon.search.api import tune
+    from axon.track import Tracker
+
+    report = tune("rmsnorm_matmul", preset="small", trials=6, workdir=tmp_path, seed=1)
+    assert report.best_latency_ns and report.best_latency_ns > 0
+    assert report.numerics is not None and report.numerics.ok
+    assert report.unfused_ns and report.roofline_ns < report.best_latency_ns
+    source = open(report.kernel_path).read()
+    assert "@nki.jit" in source and "def " in source
+    run = Tracker.for_workdir(tmp_path).client.get_run(report.run_id)
+    assert run.data.params["workload"] == "rmsnorm_matmul"
+    assert run.data.metrics["best_latency_us"] == pytest.approx(report.best_latency_ns / 1e3)
+    history = Tracker.for_workdir(tmp_path).client.get_metric_history(report.run_id, "best_latency_us")
+    assert len(history) >= 6
+
+
+def _tune_cmd(workdir, trials, *extra):
+    return [sys.executable, "-m", "axon.cli", "tune", "softmax", "--preset", "small", "--trials", str(trials),
+            "--workdir", str(workdir), "--quiet", "--no-track", *extra]
+
+
+@pytest.mark.slow
+def test_resumed_run_loses_no_measurement_and_repeats_none(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(_tune_cmd(tmp_path, 14, "--sampler", "random"), cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    db_path = tmp_path / "records.db"
+    while time.time() < deadline:
+        if db_path.exists() and len(RecordDB(db_path)) >= 4:
+            break
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = [r.id for r in RecordDB(db_path).records()]
+    assert len(before) >= 4
+    result = subprocess.run(_tune_cmd(tmp_path, 14, "--sampler", "random", "--json"), cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    db = RecordDB(db_path)
+    after = [r.id for r in db.records()]
+    assert after[: len(before)] == before  # nothing lost
+    counts = collections.Counter(_measured(db))
+    assert max(counts.values()) == 1  # nothing measured twice
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_study_without_duplicate_measurements(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = _tune_cmd(tmp_path, 12, "--study", "shared", "--sampler", "random", "--json")
+    workers = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [w.communicate(timeout=600) for w in workers]
+    assert all(w.returncode == 0 for w in workers), [o[1][-500:] for o in outs]
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="shared", storage=JournalStorage(JournalFileBackend(str(tmp_path / "optuna.log"))))
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) >= 12
+    counts = collections.Counter(_measured(RecordDB(tmp_path / "records.db")))
+    assert counts and max(counts.values()) == 1
+
+
+def test_corrupt_record_database_is_one_clear_line(tmp_path):
+    (tmp_path / "records.db").write_bytes(b"garbage" * 500)
+    result = run_axon("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(tmp_path), "--quiet", "--no-track")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "records.db is corrupt" in result.stderr
+
+
+def test_neuron_backend_exits_2_here(tmp_path):
+    result = run_axon("tune", "softmax", "--preset", "small", "--backend", "neuron", "--workdir", str(tmp_path), "--quiet")
+    assert result.returncode == 2 and "backend 'neuron' cannot run here" in result.stderr
