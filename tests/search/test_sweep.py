@@ -54,10 +54,11 @@ def test_a_slower_configuration_is_flagged_as_regression(tmp_path):
     slow["memory"]["hbm_bandwidth_gbps"] /= 2
     slow_path = tmp_path / "trn1_slow.yaml"
     slow_path.write_text(yaml.safe_dump(slow))
-    second = run_sweep(_config(tmp_path, hw=slow_path, trials=3), work)
-    assert set(second.regressions) == {r.key for r in second.rows}
-    assert all(r.change is not None and r.change > 0.05 for r in second.rows)
-    result = run_axon("sweep", str(_config(tmp_path, hw=slow_path, trials=2)), "--workdir", str(work), "--quiet",
-                      "--fail-on-regression", timeout=600)
+    result = run_axon("sweep", str(_config(tmp_path, hw=slow_path, trials=3)), "--workdir", str(work), "--json",
+                      "--fail-on-regression", timeout=900)
     assert result.returncode == 3, result.stderr[-2000:]
-    assert "REGRESSIONS" in result.stdout
+    import json
+
+    second = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sorted(second["regressions"]) == sorted(r["key"] for r in second["rows"])
+    assert len(second["rows"]) == 2
