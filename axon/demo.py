@@ -1,16 +1,19 @@
-"""`make demo`: the main job on the embedded defaults, end to end as far as Axon goes today.
+"""`make demo`: the main job on the embedded defaults, end to end.
 
-It lists the workload library, traces rmsnorm_matmul and checks its graph against the float64
-reference, and runs each later stage (variants, lowering, emulation, simulation) when present.
+It lists the workload library, shows the verified variants of rmsnorm_matmul, then runs the small
+demo sweep (two workloads tuned on the built-in trn1 simulator, tracked in ./.axon/mlflow.db) and
+says where to look. Every step is an ordinary `axon` command, printed before it runs.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
+from pathlib import Path
 
 from axon.cli import main as axon_main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _step(title: str, *argv: str) -> None:
@@ -20,25 +23,20 @@ def _step(title: str, *argv: str) -> None:
         axon_main(list(argv))
     except SystemExit as exc:
         if exc.code not in (0, None):
-            print(f"demo: step failed with exit code {exc.code}", file=sys.stderr)
+            print(f"demo: `axon {' '.join(argv)}` failed with exit code {exc.code}", file=sys.stderr)
             raise
     print(f"({time.perf_counter() - start:.1f} s)", flush=True)
 
 
-def _have(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 def main() -> None:
+    workdir = ".axon"
     _step("the 20 built-in workloads", "workloads")
-    _step("the traced graph", "show", "rmsnorm_matmul")
-    _step("evaluate the graph at the small preset", "check", "rmsnorm_matmul")
-    if _have("axon.synth.cli"):
-        _step("verified algebraic variants", "variants", "rmsnorm_matmul")
-    print("\ndemo: done")
+    _step("verified algebraic variants of one workload", "variants", "rmsnorm_matmul")
+    _step("tune two workloads on the trn1 simulator, tracked in MLflow", "sweep",
+          str(REPO / "configs" / "sweeps" / "demo.yaml"), "--workdir", workdir)
+    _step("the runs just recorded", "runs", "--workdir", workdir, "-n", "5")
+    print(f"\ndemo: done. Kernels: {workdir}/kernels/   records: {workdir}/records.db   "
+          f"MLflow: `axon ui --workdir {workdir}` then open the printed URL")
 
 
 if __name__ == "__main__":

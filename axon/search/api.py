@@ -314,14 +314,14 @@ def tune(
         unfused = _baseline(problem, meter, db, unfused_point, "unfused")
         expert = expert_latency(w.name, graph, spec, meter)
         index = int(best_point.get("variant", 0))
-        moves = tuple(m.name for m in getattr(variants[index], "moves", ()))
+        moves = tuple(m.name for m in getattr(problem.variants[index], "moves", ()))
         curve = tuple(l.best_ns for l in logs if l.best_ns is not None)
         report = TuneReport(w.name, dict(graph.bindings), dtype, spec.name, meter.name, sampler, seed, result.best.latency_ns,
                             best_point, problem.describe(best_point), str(kernel_path), moves, unfused, expert,
                             bound.bound_ns, numerics, result.measured, result.reused, result.failed,
                             time.perf_counter() - start, result.study_name, run.run_id if run else "", curve)
         if run is not None:
-            _log_artifacts(run, report, cand.source, logs, variants[index], model, workdir)
+            _log_artifacts(run, report, cand.source, logs, problem.variants[index], model, workdir)
         return report
 
     if tracker is None:

@@ -35,8 +35,17 @@ class LoweredProblem:
             raise AxonError(f"{workload}: no variant to tune")
         self.workload, self.graph, self.hw, self.dtype = workload, graph, hw, dtype
         self.shapes = dict(graph.bindings)
-        self.variants = list(variants)
-        self.spaces = [Space(v, hw) for v in self.variants]
+        self.variants, self.spaces, self.skipped = [], [], []
+        for v in variants:
+            try:
+                space = Space(v, hw)
+            except AxonError as exc:  # a proved variant the lowering cannot express yet: say so, tune the rest
+                self.skipped.append((getattr(v, "hash", ""), str(exc)))
+                continue
+            self.variants.append(v)
+            self.spaces.append(space)
+        if not self.variants:
+            raise AxonError(f"{workload}: no variant can be lowered: {self.skipped[0][1]}")
         self._flops = float(matmul_flops(graph))
         self._min_bytes = float(min_bytes(graph))
         choices: dict[str, list[Any]] = {}
