@@ -149,6 +149,10 @@ def hw_command(name_or_path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import logging
+
+    for noisy in ("mlflow", "alembic"):  # schema-migration chatter is not for the terminal
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         cli.main(args=argv, prog_name="axon", standalone_mode=False)
     except AxonError as exc:

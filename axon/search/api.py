@@ -321,7 +321,7 @@ def tune(
                             bound.bound_ns, numerics, result.measured, result.reused, result.failed,
                             time.perf_counter() - start, result.study_name, run.run_id if run else "", curve)
         if run is not None:
-            _log_artifacts(run, report, cand.source, logs, problem.variants[index], model, workdir)
+            _log_artifacts(run, report, problem, cand, logs, problem.variants[index], model, workdir)
         return report
 
     if tracker is None:
@@ -331,8 +331,9 @@ def tune(
         return run_with(run)
 
 
-def _log_artifacts(run: Any, report: TuneReport, source: str, logs: list[TrialLog], variant: Any, model: CostModel, workdir: Path) -> None:
-    run.log_text(source, f"kernel/{Path(report.kernel_path).name}")
+def _log_artifacts(run: Any, report: TuneReport, problem: LoweredProblem, cand: Any, logs: list[TrialLog], variant: Any,
+                   model: CostModel, workdir: Path) -> None:
+    run.log_text(cand.source, f"kernel/{Path(report.kernel_path).name}")
     run.log_dict(report.as_dict(), "report.json")
     buf = io.StringIO()
     writer = csv.writer(buf)
@@ -375,6 +376,21 @@ def _log_artifacts(run: Any, report: TuneReport, source: str, logs: list[TrialLo
         run.log_artifact(path, "plots")
     except Exception as exc:  # a plot is not worth failing a run over; say so in the run
         run.set_tags({"axon.plot_error": str(exc)[:200]})
+    try:
+        _log_timeline(run, problem, cand, plots)
+    except AxonError as exc:
+        run.set_tags({"axon.timeline_error": str(exc)[:200]})
     if model.is_trained and model.booster is not None:
         importance = model.booster.get_score(importance_type="gain")
         run.log_dict(dict(sorted(importance.items(), key=lambda kv: -kv[1])), "cost_model/feature_importance.json")
+
+
+def _log_timeline(run: Any, problem: LoweredProblem, cand: Any, folder: Path) -> None:
+    """The best kernel's engine timeline (PNG Gantt chart and Perfetto JSON) from the simulator."""
+    from axon import nki, sim
+
+    fn = nki.load_kernel(f"{write_kernel(cand.source)}:{cand.kernel}")
+    timing = sim.simulate(nki.trace(fn, *[(shape, dtype) for _, shape, dtype in cand.inputs], hw=problem.hw), problem.hw)
+    run.log_artifact(timing.timeline.to_png(folder / f"timeline_{run.run_id}.png"), "timeline")
+    run.log_artifact(timing.timeline.to_perfetto(folder / f"timeline_{run.run_id}.json"), "timeline")
+    run.log_text(timing.summary(), "timeline/summary.txt")
