@@ -95,12 +95,21 @@ class Tracker:
         self.tracking_uri = tracking_uri
         try:
             self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-            found = self.client.get_experiment_by_name(experiment)
-            self.experiment_id = (
-                found.experiment_id if found else self.client.create_experiment(experiment, artifact_location=artifact_root)
-            )
+            self.experiment_id = self._experiment(experiment, artifact_root)
         except Exception as exc:  # MLflow raises many types; the user needs the store named
             raise StoreError(f"MLflow tracking store {tracking_uri} cannot be used: {str(exc).splitlines()[0]}") from None
+
+    def _experiment(self, name: str, artifact_root: str | None) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found:
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(name, artifact_location=artifact_root)
+        except Exception:  # another worker created it first
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
 
     @classmethod
     def for_workdir(cls, workdir: str | Path, experiment: str = DEFAULT_EXPERIMENT) -> "Tracker":

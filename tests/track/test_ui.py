@@ -58,3 +58,28 @@ def test_axon_runs_lists_runs_and_errors_without_store(tmp_path):
     assert row["workload"] == "rmsnorm" and row["best_latency_us"] == 7.5 and row["status"] == "FINISHED"
     empty = run_axon("runs", "--workdir", str(tmp_path / "nothing"))
     assert empty.returncode == 2 and "no tracking store" in empty.stderr
+
+
+@pytest.mark.slow
+def test_workers_on_one_study_record_into_one_tracking_server(tmp_path):
+    """Two `axon tune` workers share an Optuna journal study and log to one MLflow server."""
+    from axon.track.cli import start_ui, wait_healthy
+
+    server_dir = tmp_path / "server"
+    server_dir.mkdir()
+    proc, url = start_ui(server_dir, 5931)
+    try:
+        wait_healthy(url, proc)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "axon.cli", "tune", "softmax", "--preset", "small", "--trials", "6", "--sampler", "random",
+               "--workdir", str(tmp_path / "work"), "--study", "shared", "--tracking-uri", url, "--quiet", "--json"]
+        workers = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [w.communicate(timeout=600) for w in workers]
+        assert all(w.returncode == 0 for w in workers), [o[1][-800:] for o in outs]
+        run_ids = {json.loads(o[0].strip().splitlines()[-1])["run_id"] for o in outs}
+        tracker = Tracker(url)
+        found = {r.info.run_id for r in tracker.recent_runs(10)}
+        assert len(run_ids) == 2 and run_ids <= found
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
