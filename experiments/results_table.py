@@ -45,7 +45,7 @@ class UnfusedProblem(LoweredProblem):
     """The op-by-op space: fusion pinned to `unfused`, every other knob free."""
 
     def _pin(self, point):
-        return {**point, "fusion": "unfused"}
+        return {**point, "fusion": self.unfused_point(0)["fusion"]}
 
     def sample(self, rng):
         return self._pin(super().sample(rng))
@@ -57,7 +57,7 @@ class UnfusedProblem(LoweredProblem):
         d = super().distributions()
         from optuna.distributions import CategoricalDistribution
 
-        d["fusion"] = CategoricalDistribution(("unfused",))
+        d["fusion"] = CategoricalDistribution((self.unfused_point(0)["fusion"],))
         return d
 
 

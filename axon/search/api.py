@@ -310,8 +310,7 @@ def tune(
         kernel_path = Path(out) if out else workdir / "kernels" / f"{w.name}_{spec.name}_{cand.kernel_hash[:8]}.py"
         kernel_path.parent.mkdir(parents=True, exist_ok=True)
         kernel_path.write_text(cand.source)
-        unfused_point = problem.complete(0, {**problem.spaces[0].default_point().as_dict(), "fusion": "unfused"})
-        unfused = _baseline(problem, meter, db, unfused_point, "unfused")
+        unfused = _baseline(problem, meter, db, problem.unfused_point(0), "unfused")
         expert = expert_latency(w.name, graph, spec, meter)
         index = int(best_point.get("variant", 0))
         moves = tuple(m.name for m in getattr(problem.variants[index], "moves", ()))

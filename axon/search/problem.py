@@ -73,6 +73,18 @@ class LoweredProblem:
         full["variant"] = index
         return full
 
+    def unfused_point(self, index: int = 0) -> dict[str, Any]:
+        """The op-by-op baseline: the default point with every fusable intermediate cut to HBM.
+
+        Where the space offers no `unfused` choice the graph is a single kernel either way, and the
+        most split fusion choice it has is the same kernel.
+        """
+        point = self.spaces[index].default_point().as_dict()
+        fusion = next((k for k in self.spaces[index].knobs if k.name == "fusion"), None)
+        if fusion is not None:
+            point["fusion"] = "unfused" if "unfused" in fusion.choices else fusion.choices[-1]
+        return self.complete(index, point)
+
     def default_point(self, index: int = 0) -> dict[str, Any]:
         return self.complete(index, self.spaces[index].default_point().as_dict())
 
