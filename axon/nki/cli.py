@@ -1,0 +1,68 @@
+"""`axon nki`: run kernel files in the emulator from the command line.
+
+`axon nki run FILE.py:FN --input a=float32[128,512]` runs on random inputs and prints each
+output's shape and dtype (or the error, one line, exit 2). Other commands attach with
+`nki.add_command(...)` (the simulator adds `profile`); `parse_input_spec` is shared with them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import click
+
+from axon.errors import NKIError
+
+_SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([A-Za-z0-9_]+)\s*\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]\s*$")
+
+
+def parse_input_spec(text: str) -> tuple[str, tuple[int, ...], str]:
+    """`"a=float32[128,512]"` -> ("a", (128, 512), "float32"); NKIError on anything else.
+
+    >>> parse_input_spec("a=bfloat16[128, 512]")
+    ('a', (128, 512), 'bfloat16')
+    """
+    from axon.nki.memory import as_dtype
+
+    m = _SPEC.match(text)
+    if not m:
+        raise NKIError(f"malformed --input {text!r}: expected NAME=DTYPE[D0,D1,...], e.g. a=float32[128,512]")
+    name, dtype, dims = m.group(1), m.group(2), tuple(int(d) for d in m.group(3).split(","))
+    as_dtype(dtype)
+    if any(d <= 0 for d in dims):
+        raise NKIError(f"malformed --input {text!r}: dimensions must be positive")
+    return name, dims, dtype
+
+
+def random_array(shape: tuple[int, ...], dtype: str, rng: Any) -> Any:
+    """Standard-normal inputs rounded to `dtype` (the emulator's inputs for CLI runs)."""
+    from axon.nki.memory import as_dtype
+
+    return rng.standard_normal(shape).astype(as_dtype(dtype))
+
+
+@click.group()
+def nki() -> None:
+    """Run NKI kernels in Axon's emulator."""
+
+
+@nki.command("run")
+@click.argument("kernel")
+@click.option("--input", "inputs", multiple=True, help="NAME=DTYPE[D0,D1,...], in the kernel's argument order.")
+@click.option("--hw", default="trn1", show_default=True, help="Hardware file name or path.")
+@click.option("--seed", default=0, show_default=True, type=int)
+def run_cmd(kernel: str, inputs: tuple[str, ...], hw: str, seed: int) -> None:
+    """Run KERNEL (FILE.py:FUNCTION) on random inputs; print output shapes and dtypes."""
+    import numpy as np
+
+    import axon.nki
+
+    specs = [parse_input_spec(s) for s in inputs]
+    fn = axon.nki.load_kernel(kernel)
+    rng = np.random.default_rng(seed)
+    arrays = [random_array(shape, dtype, rng) for _, shape, dtype in specs]
+    outs = axon.nki.run(fn, *arrays, hw=hw)
+    for i, out in enumerate(outs if isinstance(outs, tuple) else (outs,)):
+        finite = bool(np.all(np.isfinite(out.astype(np.float32))))
+        click.echo(f"output {i}: shape {list(out.shape)} dtype {out.dtype.name}" + ("" if finite else " (non-finite values)"))

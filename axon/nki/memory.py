@@ -1,0 +1,407 @@
+"""Memory of the emulated NeuronCore: dtypes, buffers, allocations and views of them.
+
+An `Allocation` is one tensor in HBM, SBUF or PSUM (with NumPy storage and a written-mask in
+execute mode, shape only in trace mode). A `View` is a strided box of an allocation: what kernels
+index, slice and pass to instructions; index expressions and masks (`indexing.py`) are resolved
+to boxes here. Instruction semantics, hardware rules and recording are
+not here (see `machine.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import ml_dtypes
+import numpy as np
+
+from axon.errors import NKIError
+from axon.nki.indexing import DynSlice, IndexExpr, MGrid, Predicate, arange, ds, mgrid  # noqa: F401
+
+# ---- dtypes ------------------------------------------------------------------------------------
+
+float32 = np.dtype(np.float32)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float16 = np.dtype(np.float16)
+tfloat32 = float32  # tf32 is a TensorE input mode; its storage is fp32
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+int8, int16, int32 = np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32)
+uint8, uint16, uint32 = np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)
+bool_ = np.dtype(np.bool_)
+
+_DTYPE_NAMES = {"float32": float32, "fp32": float32, "bfloat16": bfloat16, "bf16": bfloat16,
+                "float16": float16, "fp16": float16, "tfloat32": tfloat32, "float8_e4m3": float8_e4m3,
+                "float8_e5m2": float8_e5m2, "int8": int8, "int16": int16, "int32": int32, "uint8": uint8,
+                "uint16": uint16, "uint32": uint32, "bool": bool_}
+
+
+def as_dtype(dtype: Any) -> np.dtype:
+    """A NumPy dtype from an nl dtype, a NumPy dtype/type or a name such as "bfloat16"."""
+    if isinstance(dtype, str):
+        if dtype in _DTYPE_NAMES:
+            return _DTYPE_NAMES[dtype]
+        raise NKIError(f"unknown dtype {dtype!r}; expected one of {', '.join(sorted(_DTYPE_NAMES))}")
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise NKIError(f"unknown dtype {dtype!r}") from None
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    return dtype.name
+
+
+# ---- buffers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A memory an ndarray can live in; `kind` is what the trace records ("hbm", "sbuf", "psum")."""
+
+    name: str
+    kind: str
+
+
+sbuf = Buffer("sbuf", "sbuf")
+psum = Buffer("psum", "psum")
+hbm = Buffer("hbm", "hbm")
+private_hbm = Buffer("private_hbm", "hbm")
+shared_hbm = Buffer("shared_hbm", "hbm")
+
+
+class par_dim(int):
+    """Marks the partition axis in a buffer shape: `(n, nl.par_dim(128), 512)`."""
+
+    @property
+    def size(self) -> int:
+        return int(self)
+
+
+# ---- allocations and views ---------------------------------------------------------------------
+
+
+class Allocation:
+    """One tensor in one memory. `data`/`written` are None in trace mode."""
+
+    __slots__ = ("id", "kind", "name", "shape", "dtype", "par_axis", "strides", "data", "written",
+                 "ever_written", "temp", "producer", "last_write", "release", "__weakref__")
+
+    def __init__(self, id: int, kind: str, name: str, shape: tuple[int, ...], dtype: np.dtype,
+                 par_axis: int | None, execute: bool) -> None:
+        self.id = id
+        self.kind = kind
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.par_axis = par_axis
+        # Element strides of the layout: HBM is row-major over all axes; on chip the partition
+        # axis is the physical partition and the other axes are row-major within each partition.
+        strides = [0] * len(shape)
+        acc = 1
+        for a in range(len(shape) - 1, -1, -1):
+            if a != par_axis:
+                strides[a] = acc
+                acc *= shape[a]
+        self.strides = tuple(strides)
+        self.data: np.ndarray | None = None
+        self.written: np.ndarray | None = None
+        if execute:
+            fill = np.nan if dtype.kind == "f" or dtype in (bfloat16, float8_e4m3, float8_e5m2) else 0
+            self.data = np.full(shape, fill, dtype=dtype)
+            self.written = np.zeros(shape, dtype=bool)
+        self.ever_written = False
+        self.temp = False  # a result tile an instruction allocated itself (legacy return values)
+        self.producer = -1  # index of the last instruction that wrote it
+        self.last_write: Any = None  # the View that instruction wrote
+        self.release: Any = None  # callback that frees it from the live set
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes per partition (on chip) or total bytes (HBM)."""
+        n = 1
+        for a, s in enumerate(self.shape):
+            if a != self.par_axis:
+                n *= s
+        return n * self.dtype.itemsize
+
+    def __del__(self) -> None:
+        if self.release is not None:
+            self.release(self.id)
+
+
+class View:
+    """A strided box of an allocation: `starts`/`steps`/`sizes` per allocation axis, `kept` the
+    axes that remain dimensions (integer-indexed axes are dropped), `vars` the index variable
+    behind each kept dimension (for masks), or None.
+    """
+
+    __slots__ = ("alloc", "starts", "steps", "sizes", "kept", "vars", "shape", "_np", "maybe_oob")
+
+    def __init__(self, alloc: Allocation, starts: tuple[int, ...], steps: tuple[int, ...],
+                 sizes: tuple[int, ...], kept: tuple[int, ...], vars: tuple[int | None, ...] | None = None) -> None:
+        self.alloc = alloc
+        self.starts = starts
+        self.steps = steps
+        self.sizes = sizes
+        self.kept = kept
+        self.vars = vars
+        self.shape = tuple(sizes[a] for a in kept)
+        self._np: tuple[Any, ...] | None = None
+        # Only affine index expressions can point outside the tensor (a mask must then cut them
+        # back); slices clip and integers are checked on the spot.
+        self.maybe_oob = False
+
+    @classmethod
+    def whole(cls, alloc: Allocation) -> "View":
+        n = len(alloc.shape)
+        return cls(alloc, (0,) * n, (1,) * n, alloc.shape, tuple(range(n)))
+
+    # ---- what kernels see --------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        return self.alloc.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.kept)
+
+    @property
+    def buffer(self) -> Buffer:
+        return {"sbuf": sbuf, "psum": psum, "hbm": shared_hbm}[self.alloc.kind]
+
+    @property
+    def name(self) -> str:
+        return self.alloc.name
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NKIError("NKI tensors cannot be iterated; index them with a loop variable")
+
+    def __repr__(self) -> str:
+        return f"<{self.alloc.kind} tensor {self.alloc.name} {list(self.shape)} {self.dtype.name}>"
+
+    # ---- geometry ----------------------------------------------------------------------------
+    @property
+    def partitions(self) -> int:
+        pa = self.alloc.par_axis
+        return 1 if pa is None else self.sizes[pa]
+
+    @property
+    def free_size(self) -> int:
+        pa = self.alloc.par_axis
+        n = 1
+        for a in self.kept:
+            if a != pa:
+                n *= self.sizes[a]
+        return n
+
+    @property
+    def partition_first(self) -> bool:
+        pa = self.alloc.par_axis
+        return pa is None or (bool(self.kept) and self.kept[0] == pa) or pa not in self.kept
+
+    def np_index(self) -> tuple[Any, ...]:
+        if self._np is None:
+            idx = []
+            kept = set(self.kept)
+            for a, (st, sp, sz) in enumerate(zip(self.starts, self.steps, self.sizes)):
+                idx.append(slice(st, st + sp * sz, sp) if a in kept else st)
+            self._np = tuple(idx)
+        return self._np
+
+    def in_bounds(self) -> bool:
+        if not self.maybe_oob:
+            return True
+        for st, sp, sz, n in zip(self.starts, self.steps, self.sizes, self.alloc.shape):
+            if sz and (st < 0 or st + sp * (sz - 1) >= n):
+                return False
+        return True
+
+    def same_region(self, other: "View") -> bool:
+        return (self.alloc is other.alloc and self.starts == other.starts and self.sizes == other.sizes
+                and self.steps == other.steps and self.kept == other.kept)
+
+    def restrict(self, box: dict[int, tuple[int, int, int]]) -> "View":
+        """The part a mask keeps: dims carrying a masked variable, or (for views without index
+        variables) dims at the variable's broadcast position, shrink to [lo, hi)."""
+        starts, sizes = list(self.starts), list(self.sizes)
+        by_pos = {pos: (lo, hi) for lo, hi, pos in box.values()}
+        changed = False
+        for d, a in enumerate(self.kept):
+            rng = None
+            if self.vars is not None and self.vars[d] is not None:
+                v = box.get(self.vars[d])  # type: ignore[arg-type]
+                rng = (v[0], v[1]) if v else None
+            elif self.vars is None:
+                rng = by_pos.get(d)
+            if rng is None:
+                continue
+            lo, hi = max(0, rng[0]), min(sizes[a], rng[1])
+            starts[a] += self.steps[a] * lo
+            sizes[a] = max(0, hi - lo)
+            changed = True
+        if not changed:
+            return self
+        out = View(self.alloc, tuple(starts), self.steps, tuple(sizes), self.kept, self.vars)
+        out.maybe_oob = self.maybe_oob
+        return out
+
+    def index(self, key: Any) -> "View":
+        """Apply a NumPy-style key (ints, slices, nl.ds, affine index expressions, ...)."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            i = next(i for i, k in enumerate(key) if k is Ellipsis)
+            fill = len(self.kept) - (len(key) - 1)
+            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+        if len(key) > len(self.kept):
+            raise NKIError(f"too many indices ({len(key)}) for a tensor of shape {list(self.shape)}")
+        starts, steps, sizes = list(self.starts), list(self.steps), list(self.sizes)
+        kept: list[int] = []
+        vars: list[int | None] = []
+        has_var = False
+        last_pos = -1
+        for d, a in enumerate(self.kept):
+            old_var = self.vars[d] if self.vars is not None else None
+            if d >= len(key):
+                kept.append(a)
+                vars.append(old_var)
+                continue
+            k = key[d]
+            if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+                k = int(k)
+                if k < 0:
+                    k += sizes[a]
+                if not 0 <= k < sizes[a]:
+                    raise NKIError(f"index {key[d]} out of range for axis {d} of size {sizes[a]} "
+                                   f"(tensor {self.alloc.name} {list(self.shape)})")
+                starts[a] += steps[a] * k
+                sizes[a] = 1
+            elif isinstance(k, slice):
+                lo, hi, st = k.indices(sizes[a])
+                if st <= 0:
+                    raise NKIError("negative slice steps are not supported on NKI tensors")
+                n = len(range(lo, hi, st))
+                starts[a] += steps[a] * lo
+                steps[a] *= st
+                sizes[a] = n
+                kept.append(a)
+                vars.append(old_var)
+            elif isinstance(k, DynSlice):
+                if k.start < 0 or k.size < 0 or k.start + k.size > sizes[a]:
+                    raise NKIError(f"nl.ds({k.start}, {k.size}) out of range for axis {d} of size {sizes[a]}")
+                starts[a] += steps[a] * k.start
+                sizes[a] = k.size
+                kept.append(a)
+                vars.append(old_var)
+            elif isinstance(k, IndexExpr):
+                if not k.terms:
+                    starts[a] += steps[a] * k.const
+                    sizes[a] = 1
+                    continue
+                if len(k.terms) != 1:
+                    raise NKIError("an index expression may use one nl.arange variable per axis")
+                vid, size, pos, _, coef = k.terms[0]
+                if coef <= 0 or pos <= last_pos:
+                    raise NKIError("index expressions must use positive coefficients with arange "
+                                   "variables in axis order")
+                last_pos = pos
+                starts[a] += steps[a] * k.const
+                steps[a] *= coef
+                sizes[a] = size
+                kept.append(a)
+                vars.append(vid)
+                has_var = True
+            else:
+                raise NKIError(f"unsupported index {k!r} on tensor {self.alloc.name}")
+        out = View(self.alloc, tuple(starts), tuple(steps), tuple(sizes), tuple(kept),
+                   tuple(vars) if (has_var or self.vars is not None) else None)
+        out.maybe_oob = has_var or self.maybe_oob
+        return out
+
+    # ---- kernel-facing operators (the legacy API's tile expressions) -------------------------
+    def __getitem__(self, key: Any) -> "View":
+        return self.index(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        from axon.nki.legacy_isa import assign
+
+        assign(self.index(key), value)
+
+    def __iadd__(self, value: Any) -> "View":
+        from axon.nki.legacy_isa import accumulate
+
+        return accumulate(self, value, "add")
+
+    def __isub__(self, value: Any) -> "View":
+        from axon.nki.legacy_isa import accumulate
+
+        return accumulate(self, value, "subtract")
+
+    def __imul__(self, value: Any) -> "View":
+        from axon.nki.legacy_isa import accumulate
+
+        return accumulate(self, value, "multiply")
+
+    def _bin(self, other: Any, fn: str, reverse: bool = False) -> Any:
+        from axon.nki import language as nl
+
+        op = getattr(nl, fn)
+        return op(other, self) if reverse else op(self, other)
+
+    def __add__(self, o: Any) -> Any:
+        return self._bin(o, "add")
+
+    def __radd__(self, o: Any) -> Any:
+        return self._bin(o, "add", True)
+
+    def __sub__(self, o: Any) -> Any:
+        return self._bin(o, "subtract")
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._bin(o, "subtract", True)
+
+    def __mul__(self, o: Any) -> Any:
+        return self._bin(o, "multiply")
+
+    def __rmul__(self, o: Any) -> Any:
+        return self._bin(o, "multiply", True)
+
+    def __truediv__(self, o: Any) -> Any:
+        return self._bin(o, "divide")
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._bin(o, "divide", True)
+
+    def __pow__(self, o: Any) -> Any:
+        return self._bin(o, "power")
+
+    def __neg__(self) -> Any:
+        return self._bin(-1.0, "multiply")
+
+    def broadcast_to(self, shape: Any) -> "View":
+        from axon.nki.language import _broadcast
+
+        return _broadcast(self, tuple(shape))
+
+    def reshape(self, *shape: Any) -> "View":
+        shp = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        return self.reshaped(shp)
+
+    def reshaped(self, shape: tuple[int, ...]) -> "View":
+        """A reshape of a whole, contiguous HBM tensor (the only reshape NKI allows)."""
+        if self.alloc.kind != "hbm" or self.shape != self.alloc.shape:
+            raise NKIError(f"reshape is supported on whole HBM tensors only, not {self!r}")
+        if int(np.prod(shape)) != int(np.prod(self.shape)):
+            raise NKIError(f"cannot reshape {list(self.shape)} into {list(shape)}")
+        # A second header over the same storage and id: accesses still name the original tensor.
+        alias = Allocation(self.alloc.id, "hbm", self.alloc.name, tuple(int(s) for s in shape), self.alloc.dtype,
+                           None, False)
+        if self.alloc.data is not None:
+            alias.data = self.alloc.data.reshape(alias.shape)
+            alias.written = self.alloc.written.reshape(alias.shape)  # type: ignore[union-attr]
+        alias.ever_written = True  # trace mode cannot follow writes through the alias: trust it
+        return View.whole(alias)

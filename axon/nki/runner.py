@@ -1,0 +1,282 @@
+"""Running kernels: `run` (numbers), `trace` (shapes only), `load_kernel`, and the `@nki.jit` wrapper.
+
+A kernel is a plain function or one decorated with `nki.jit`; its array arguments become HBM
+tensors and its returned HBM tensors are the outputs. Exceptions the kernel's own Python raises
+become an `NKIError` naming the kernel line. Nothing here computes or checks hardware rules.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from axon.errors import AxonError, NKIError
+from axon.nki.machine import Machine, maybe_active
+from axon.nki.memory import View, as_dtype
+from axon.nki.trace import Trace
+from axon.target.hardware import HardwareSpec, load_hw
+
+
+class Kernel:
+    """What `@nki.jit` returns: call it with NumPy arrays to run it here, index it with a grid for
+    SPMD launches (`kernel[2, 1](a, b)`), or call it from another kernel."""
+
+    def __init__(self, fn: Callable[..., Any], grid: tuple[int, ...] = ()) -> None:
+        self.fn = fn
+        self.grid = grid
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __getitem__(self, grid: Any) -> "Kernel":
+        return Kernel(self.fn, tuple(grid) if isinstance(grid, tuple) else (int(grid),))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if maybe_active() is not None:
+            return self.fn(*args, **kwargs)
+        return run(self, *args, **kwargs)
+
+
+def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """`@nki.jit`, `@nki.jit(mode=...)` (also `baremetal`, `benchmark`): options are accepted and ignored."""
+    if fn is None:
+        return lambda f: Kernel(f.fn if isinstance(f, Kernel) else f)
+    return Kernel(fn.fn if isinstance(fn, Kernel) else fn)
+
+
+def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    """`nki.simulate_kernel(kernel, *arrays)`, as in the Neuron SDK: runs here."""
+    return run(kernel, *args, **kwargs)
+
+
+def load_kernel(ref: str, name: str | None = None) -> Callable[..., Any]:
+    """The kernel function `fn` from `"path/to/file.py:fn"` (imports resolve to the emulator).
+
+    >>> import axon.nki, pathlib, tempfile
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "k.py"
+    >>> _ = p.write_text("def k(a):\\n    return a\\n")
+    >>> axon.nki.load_kernel(f"{p}:k").__name__
+    'k'
+    """
+    from axon.nki.shim import install_import_shim
+
+    path, sep, fn_name = ref.rpartition(":")
+    if not sep or not path:
+        path, fn_name = ref, name or ""
+    if not fn_name:
+        raise NKIError(f"kernel reference {ref!r} must be FILE.py:FUNCTION")
+    file = Path(path)
+    if not file.is_file():
+        raise NKIError(f"kernel file {path} not found")
+    install_import_shim()
+    mod_name = f"axon_kernel_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(mod_name, file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except AxonError:
+        raise
+    except Exception as exc:  # the user's file failed to import: one line, with where
+        raise NKIError(f"{file}: cannot load kernel file: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, fn_name, None)
+    if fn is None or not callable(fn):
+        raise NKIError(f"{file}: no kernel function {fn_name!r}")
+    return fn
+
+
+def load_source(source: str, name: str | None = None) -> Callable[..., Any]:
+    """The kernel defined in NKI source text (e.g. from `axon.lower.emit`): the function `name`, else
+    the one `@nki.jit` function, else the only function. Errors name lines of a pseudo-file
+    `nki_<hash>.py` whose text is registered for tracebacks.
+
+    >>> import axon.nki
+    >>> axon.nki.load_source(chr(10).join(["import nki", "@nki.jit", "def k(a):", "    return a", ""])).__name__
+    'k'
+    """
+    import hashlib
+    import linecache
+    import types
+
+    from axon.nki.shim import install_import_shim
+
+    install_import_shim()
+    file = f"nki_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
+    linecache.cache[file] = (len(source), None, source.splitlines(True), file)
+    module = types.ModuleType(file[:-3])
+    module.__file__ = file
+    try:
+        exec(compile(source, file, "exec"), module.__dict__)
+    except AxonError:
+        raise
+    except Exception as exc:
+        line = getattr(exc, "lineno", None) or next(
+            (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == file), "?")
+        raise NKIError(f"{file}:{line}: cannot load kernel source: {type(exc).__name__}: {exc}") from None
+    if name is not None:
+        fn = module.__dict__.get(name)
+        if fn is None:
+            raise NKIError(f"{file}: no kernel function {name!r}")
+        return fn
+    found = [v for v in module.__dict__.values() if isinstance(v, Kernel)]
+    if not found:
+        found = [v for v in module.__dict__.values() if inspect.isfunction(v) and v.__module__ == module.__name__]
+    if len(found) != 1:
+        raise NKIError(f"{file}: expected one kernel (an @nki.jit function), found {len(found)}")
+    return found[0]
+
+
+def _resolve(kernel: Any) -> tuple[Callable[..., Any], tuple[int, ...]]:
+    if isinstance(kernel, str) and "\n" in kernel:
+        kernel = load_source(kernel)
+    elif isinstance(kernel, (str, os.PathLike)):
+        kernel = load_kernel(str(kernel))
+    if isinstance(kernel, Kernel):
+        return kernel.fn, kernel.grid
+    if not callable(kernel):
+        raise NKIError(f"{kernel!r} is not a kernel function")
+    return kernel, ()
+
+
+def _hw(hw: str | HardwareSpec) -> HardwareSpec:
+    return hw if isinstance(hw, HardwareSpec) else load_hw(hw)
+
+
+def _spec(x: Any) -> tuple[tuple[int, ...], np.dtype, np.ndarray | None]:
+    if isinstance(x, np.ndarray):
+        return tuple(x.shape), x.dtype, x
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (tuple, list)):
+        return tuple(int(s) for s in x[0]), as_dtype(x[1]), None
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return tuple(int(s) for s in x.shape), as_dtype(x.dtype), None
+    raise NKIError(f"kernel input {x!r} is neither an array nor a (shape, dtype) spec")
+
+
+def _execute(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], hw: str | HardwareSpec,
+             execute: bool) -> tuple[Machine, Any]:
+    fn, grid = _resolve(kernel)
+    code = getattr(fn, "__code__", None)
+    file = code.co_filename if code is not None else "<kernel>"
+    machine = Machine(_hw(hw), execute, getattr(fn, "__name__", "kernel"), file)
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # pragma: no cover
+        params = []
+    with machine:
+        call_args: list[Any] = []
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray) or (not execute and not isinstance(a, (int, float, bool, str)) and a is not None):
+                shape, dtype, data = _spec(a)
+                name = params[i] if i < len(params) else f"arg{i}"
+                alloc = machine.allocate(shape, dtype, "hbm", name)
+                alloc.ever_written = True
+                if alloc.data is not None:
+                    if data is None:
+                        raise NKIError(f"run needs arrays, got a spec for {name!r} (use axon.nki.trace for specs)")
+                    alloc.data[...] = data.astype(dtype, copy=False)
+                    alloc.written[...] = True  # type: ignore[index]
+                call_args.append(View.whole(alloc))
+            else:
+                call_args.append(a)
+        programs = [()] if not grid else [tuple(int(v) for v in np.unravel_index(i, grid)) for i in range(int(np.prod(grid)))]
+        result = None
+        for pid in programs:
+            machine.program_ids, machine.num_programs = pid, grid
+            try:
+                result = fn(*call_args, **kwargs)
+            except AxonError:
+                raise
+            except Exception as exc:
+                raise _kernel_error(exc, file, machine.kernel) from None
+    return machine, result
+
+
+def _kernel_error(exc: Exception, file: str, kernel: str) -> NKIError:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == file]
+    where = f"{os.path.basename(file)}:{frames[-1].lineno}: " if frames else ""
+    return NKIError(f"{where}kernel {kernel} raised {type(exc).__name__}: {exc}")
+
+
+def _outputs(machine: Machine, result: Any) -> tuple[View, ...]:
+    items = result if isinstance(result, (tuple, list)) else (() if result is None else (result,))
+    outs = []
+    for r in items:
+        if not isinstance(r, View) or r.alloc.kind != "hbm":
+            raise NKIError(f"kernel {machine.kernel} must return HBM tensors (nl.shared_hbm), got {r!r}")
+        outs.append(r)
+    return tuple(outs)
+
+
+def _small_blas() -> Any:
+    """Run BLAS single-threaded while emulating: every nc_matmul is a small (<=128x128x512) product,
+    for which thread start-up and synchronization cost far more than the arithmetic, above all on
+    a loaded machine. threadpoolctl is optional (present with scikit-learn, an MLflow dependency)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def run(kernel: Any, *arrays: Any, hw: str | HardwareSpec = "trn1", **kwargs: Any) -> Any:
+    """Execute `kernel` on NumPy arrays; returns its output array, or a tuple of them.
+
+    `kernel` is a function (plain or `@nki.jit`), `"file.py:fn"`, or NKI source text.
+
+    >>> import numpy as np, axon.nki
+    >>> axon.nki.install_import_shim()
+    >>> import nki.language as nl, nki.isa as nisa
+    >>> def double(a):
+    ...     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    ...     t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    ...     nisa.dma_copy(dst=t, src=a)
+    ...     nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+    ...     nisa.dma_copy(dst=out, src=t)
+    ...     return out
+    >>> axon.nki.run(double, np.ones((4, 8), np.float32))[0, :3]
+    array([2., 2., 2.], dtype=float32)
+    """
+    with _small_blas():
+        machine, result = _execute(kernel, arrays, kwargs, hw, execute=True)
+    outs = tuple(v.alloc.data[v.np_index()].copy() for v in _outputs(machine, result))  # type: ignore[index]
+    return outs[0] if len(outs) == 1 else outs
+
+
+def run_with_trace(kernel: Any, *arrays: Any, hw: str | HardwareSpec = "trn1", **kwargs: Any) -> tuple[Any, Trace]:
+    """`run`, also returning the trace of the executed instructions."""
+    with _small_blas():
+        machine, result = _execute(kernel, arrays, kwargs, hw, execute=True)
+    views = _outputs(machine, result)
+    outs = tuple(v.alloc.data[v.np_index()].copy() for v in views)  # type: ignore[index]
+    return (outs[0] if len(outs) == 1 else outs), machine.to_trace(tuple(v.alloc.id for v in views))
+
+
+def trace(kernel: Any, *arrays_or_specs: Any, hw: str | HardwareSpec = "trn1", **kwargs: Any) -> Trace:
+    """Run `kernel` on shapes only and return the instruction `Trace` (no arrays allocated).
+
+    Inputs are arrays, `(shape, dtype)` pairs or objects with `.shape` and `.dtype`.
+
+    >>> import axon.nki
+    >>> axon.nki.install_import_shim()
+    >>> import nki.language as nl, nki.isa as nisa
+    >>> def copy(a):
+    ...     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    ...     t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    ...     nisa.dma_copy(dst=t, src=a)
+    ...     nisa.dma_copy(dst=out, src=t)
+    ...     return out
+    >>> axon.nki.trace(copy, ((128, 512), "bfloat16")).count()
+    {'dma_copy': 2}
+    """
+    machine, result = _execute(kernel, arrays_or_specs, kwargs, hw, execute=False)
+    return machine.to_trace(tuple(v.alloc.id for v in _outputs(machine, result)))

@@ -1,0 +1,318 @@
+"""The ISA table: every NKI instruction Axon knows, once, with its meaning.
+
+Each `Instruction` row names the engines that may run it, where each operand may live and which
+size limits apply (as paths into `HardwareSpec`, so trn1 and trn2 can differ), and its semantics as
+a function over a math namespace `m`: NumPy (`NUMPY_FP32`, used by the emulator) and Z3 (passed by
+`axon.verify`) read the same definition. ALU operators and activation functions reuse
+`axon.ir.ops` wherever the meaning is identical. Costs are not here: `Instruction.cost` looks up
+`axon.target.costs.CYCLES` lazily, the single home of cost formulas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from axon.ir.ops import BINARY, UNARY, NumpyMath
+
+# ---- the math namespace the emulator computes with --------------------------------------------
+
+
+class Fp32Math(NumpyMath):
+    """`m` for the emulator: NumPy primitives that keep float32 arrays in float32.
+
+    Beyond `axon.ir.ops.NumpyMath` it supplies what instruction semantics need: `where` (for
+    comparisons), `erf` (exact GELU), `matmul`, `transpose` and free-axis reductions. A Z3
+    namespace supplies the same names (with `If` for `where`).
+    """
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        return self.np.where(cond, a, b).astype(self.np.float32, copy=False)
+
+    def erf(self, x: Any) -> Any:
+        # Abramowitz & Stegun 7.1.26 in float64: absolute error below 1.5e-7, under fp32 rounding
+        # of the activation's output range; NumPy has no erf and SciPy is not a dependency.
+        np = self.np
+        z = np.asarray(x, dtype=np.float64)
+        t = 1.0 / (1.0 + 0.3275911 * np.abs(z))
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        y = 1.0 - poly * np.exp(-z * z)
+        return (np.sign(z) * y).astype(np.float32)
+
+    def concat(self, xs: list[Any], axis: int) -> Any:
+        return self.np.concatenate(xs, axis=axis)
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        return self.np.matmul(a, b)
+
+    def transpose(self, x: Any) -> Any:
+        return self.np.ascontiguousarray(self.np.swapaxes(x, 0, 1))
+
+    def reduce(self, kind: str, x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
+        fn = {"add": self.np.sum, "max": self.np.max, "min": self.np.min, "multiply": self.np.prod}[kind]
+        return fn(x, axis=axis, keepdims=keepdims, dtype=self.np.float32) if kind in ("add", "multiply") \
+            else fn(x, axis=axis, keepdims=keepdims)
+
+
+NUMPY_FP32 = Fp32Math()
+
+
+# ---- ALU operators (nl.add, nl.subtract, ...) --------------------------------------------------
+
+
+def _cmp(test: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    return lambda m, a, b: m.where(test(a, b), 1.0, 0.0)
+
+
+ALU: dict[str, Callable[..., Any]] = {
+    "add": BINARY["add"],
+    "subtract": BINARY["sub"],
+    "multiply": BINARY["mul"],
+    "divide": BINARY["div"],
+    "maximum": BINARY["maximum"],
+    "minimum": BINARY["minimum"],
+    "power": lambda m, a, b: m.power(a, b),
+    "greater": _cmp(lambda a, b: a > b),
+    "greater_equal": _cmp(lambda a, b: a >= b),
+    "less": _cmp(lambda a, b: a < b),
+    "less_equal": _cmp(lambda a, b: a <= b),
+    "equal": _cmp(lambda a, b: a == b),
+    "not_equal": _cmp(lambda a, b: a != b),
+    "bypass": lambda m, a, b: a,
+}
+
+# Reductions an instruction's reduce_op / tensor_reduce op may name, with their identity.
+REDUCE_KINDS = {"add": 0.0, "max": float("-inf"), "min": float("inf"), "multiply": 1.0}
+# nl.max / nl.min as ALU op names mean maximum / minimum; as reduce ops they are max / min.
+REDUCE_ALIASES = {"add": "add", "maximum": "max", "minimum": "min", "max": "max", "min": "min",
+                  "multiply": "multiply"}
+
+
+# ---- activation functions (nl.exp, nl.gelu, ...) -----------------------------------------------
+
+
+def _gelu_erf(m: Any, x: Any) -> Any:
+    return 0.5 * x * (1 + m.erf(x * 0.7071067811865476))
+
+
+ACTIVATION: dict[str, Callable[..., Any]] = {
+    "exp": UNARY["exp"],
+    "log": UNARY["log"],
+    "sqrt": UNARY["sqrt"],
+    "rsqrt": UNARY["rsqrt"],
+    "square": UNARY["square"],
+    "reciprocal": UNARY["reciprocal"],
+    "tanh": UNARY["tanh"],
+    "sigmoid": UNARY["sigmoid"],
+    "silu": UNARY["silu"],
+    "gelu": _gelu_erf,  # nl.gelu is the exact (erf) GELU ...
+    "gelu_apprx_tanh": UNARY["gelu"],  # ... the IR's gelu is the tanh approximation
+    "relu": UNARY["relu"],
+    "abs": UNARY["abs"],
+    "negative": UNARY["neg"],
+    "copy": lambda m, x: x,
+    "identity": lambda m, x: x,
+}
+
+
+# ---- instruction semantics, over m ------------------------------------------------------------
+
+
+def _alu(m: Any, op: str, a: Any, b: Any, reverse: bool) -> Any:
+    return ALU[op](m, b, a) if reverse else ALU[op](m, a, b)
+
+
+def sem_activation(m: Any, data: Any, op: str, scale: Any = 1.0, bias: Any = None) -> Any:
+    """op(data * scale + bias), the ScalarE pipeline."""
+    x = data * scale
+    if bias is not None:
+        x = x + bias
+    return ACTIVATION[op](m, x)
+
+
+def sem_tensor_scalar(m: Any, data: Any, op0: str, operand0: Any, reverse0: bool = False,
+                      op1: str | None = None, operand1: Any = None, reverse1: bool = False) -> Any:
+    """(data op0 operand0) op1 operand1, operands scalars or [P, 1] broadcast along the free axes."""
+    x = _alu(m, op0, data, operand0, reverse0)
+    return x if op1 is None else _alu(m, op1, x, operand1, reverse1)
+
+
+def sem_tensor_tensor(m: Any, data1: Any, data2: Any, op: str) -> Any:
+    return ALU[op](m, data1, data2)
+
+
+def sem_scalar_tensor_tensor(m: Any, data: Any, op0: str, operand0: Any, op1: str, operand1: Any,
+                             reverse0: bool = False, reverse1: bool = False) -> Any:
+    return _alu(m, op1, _alu(m, op0, data, operand0, reverse0), operand1, reverse1)
+
+
+def sem_reduce(m: Any, data: Any, op: str, axis: tuple[int, ...], negate: bool = False,
+               keepdims: bool = False) -> Any:
+    r = m.reduce(REDUCE_ALIASES[op], data, axis, keepdims)
+    return -r if negate else r
+
+
+def sem_nc_matmul(m: Any, stationary: Any, moving: Any) -> Any:
+    """stationary[K, M].T @ moving[K, N] -> [M, N]; the contraction runs over partitions."""
+    return m.matmul(m.transpose(stationary), moving)
+
+
+def sem_transpose(m: Any, data: Any) -> Any:
+    return m.transpose(data)
+
+
+def sem_copy(m: Any, data: Any) -> Any:
+    return data
+
+
+def sem_reciprocal(m: Any, data: Any) -> Any:
+    return UNARY["reciprocal"](m, data)
+
+
+def sem_scan(m: Any, data0: Any, data1: Any, initial: Any, op0: str, op1: str) -> Any:
+    """r[:, i] = (data0[:, i] op0 r[:, i-1]) op1 data1[:, i], r[:, -1] = initial, along the free axis."""
+    prev = initial
+    cols = []
+    for i in range(data0.shape[1]):
+        prev = ALU[op1](m, ALU[op0](m, data0[:, i:i + 1], prev), data1[:, i:i + 1])
+        cols.append(prev)
+    return m.concat(cols, axis=1)
+
+
+# bn_stats / bn_aggr are statistics over a whole free axis; they are defined on NumPy only (`m.np`).
+def _stats(np: Any, x: Any) -> list[Any]:
+    n = x.shape[1]
+    if n == 0:
+        z = np.zeros((x.shape[0], 1), np.float32)
+        return [z, z, z]
+    mean = np.mean(x, axis=1, keepdims=True, dtype=np.float32)
+    m2 = np.sum(np.square(x - mean), axis=1, keepdims=True, dtype=np.float32)
+    return [np.full_like(mean, n), mean, m2]
+
+
+def sem_bn_stats(m: Any, data: Any) -> Any:
+    """Per partition, 6 values: [count, mean, M2] of each half of the free elements (M2 = count * variance).
+
+    The hardware's 6-wide record is not documented element by element; this layout keeps its
+    width (so kernels size `dst` as on device) and is exactly what `sem_bn_aggr` combines.
+    """
+    np = m.np
+    half = (data.shape[1] + 1) // 2
+    return np.concatenate(_stats(np, data[:, :half]) + _stats(np, data[:, half:]), axis=1)
+
+
+def sem_bn_aggr(m: Any, data: Any) -> Any:
+    """Combine bn_stats records [count, mean, M2]*G along the free axis into [mean, variance]."""
+    np = m.np
+    g = data.reshape(data.shape[0], -1, 3).astype(np.float64)
+    count, mean, m2 = g[:, :, 0], g[:, :, 1], g[:, :, 2]
+    total = np.sum(count, axis=1, keepdims=True)
+    mu = np.sum(count * mean, axis=1, keepdims=True) / total
+    m2_total = np.sum(m2 + count * np.square(mean - mu), axis=1, keepdims=True)
+    return np.concatenate([mu, m2_total / total], axis=1).astype(np.float32)
+
+
+# ---- the table ---------------------------------------------------------------------------------
+
+SBUF, PSUM, HBM = "sbuf", "psum", "hbm"
+ON_CHIP = frozenset({SBUF, PSUM})
+
+
+@dataclass(frozen=True)
+class Operand:
+    """Where one operand may live and the size limits it obeys.
+
+    `max_partitions` / `max_free` are dotted paths into `HardwareSpec` (e.g.
+    "tensor_engine.moving_fmax"), so limits follow the hardware file.
+    """
+
+    name: str
+    buffers: frozenset[str]
+    max_partitions: str | None = "memory.partitions"
+    max_free: str | None = None
+    rule: str = ""  # name of the size rule in error messages ("moving free size > 512")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One NKI instruction.
+
+    >>> from axon.target import ISA
+    >>> ISA["nc_matmul"].engines, sorted(ISA["nc_matmul"].inputs[0].buffers)
+    (('tensor',), ['sbuf'])
+    """
+
+    name: str
+    engines: tuple[str, ...]  # allowed engines; the first is the default
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Operand, ...]
+    semantics: Callable[..., Any]
+    summary: str = ""
+    attrs: tuple[str, ...] = field(default=())
+
+    @property
+    def cost(self) -> Callable[..., float]:
+        """The cycle formula `f(instr, hw)` from `axon.target.costs.CYCLES` (looked up lazily)."""
+        from axon.target import costs
+
+        return costs.CYCLES[self.name]
+
+    def __post_init__(self) -> None:
+        # name -> Operand, looked up once per operand of every emulated instruction
+        object.__setattr__(self, "_by_name", {o.name: o for o in self.inputs + self.outputs})
+
+    def operand(self, name: str) -> Operand:
+        return self._by_name[name]  # type: ignore[attr-defined]
+
+
+def _o(name: str, buffers: frozenset[str] = ON_CHIP, **kw: Any) -> Operand:
+    return Operand(name, buffers, **kw)
+
+
+_VEC = ("vector", "gpsimd")
+_ANY = ("vector", "scalar", "gpsimd")
+_SB = frozenset({SBUF})
+_PS = frozenset({PSUM})
+_ALLMEM = frozenset({SBUF, PSUM, HBM})
+
+ISA: dict[str, Instruction] = {i.name: i for i in (
+    Instruction("nc_matmul", ("tensor",),
+                (_o("stationary", _SB, max_free="tensor_engine.stationary_fmax", rule="stationary free size"),
+                 _o("moving", _SB, max_free="tensor_engine.moving_fmax", rule="moving free size")),
+                (_o("dst", _PS),), sem_nc_matmul,
+                "dst[M,N] (+)= stationary[K,M].T @ moving[K,N], fp32 accumulate in PSUM"),
+    Instruction("nc_transpose", ("tensor", "vector"), (_o("data"),), (_o("dst"),), sem_transpose,
+                "swap partition and free axis (TensorE <= 128x128 into PSUM, VectorE <= 32x32)"),
+    Instruction("activation", ("scalar",), (_o("data"), _o("bias"), _o("scale")), (_o("dst"),), sem_activation,
+                "dst = op(data * scale + bias), optional free-axis add-reduction", ("op",)),
+    Instruction("activation_reduce", ("scalar",), (_o("data"), _o("bias"), _o("scale")),
+                (_o("dst"), _o("reduce_res")), sem_activation, "activation plus free-axis reduction"),
+    Instruction("tensor_tensor", _VEC, (_o("data1"), _o("data2")), (_o("dst"),), sem_tensor_tensor,
+                "dst = data1 op data2, elementwise"),
+    Instruction("tensor_scalar", ("vector", "scalar", "gpsimd"), (_o("data"), _o("operand0"), _o("operand1")),
+                (_o("dst"),), sem_tensor_scalar, "dst = (data op0 operand0) op1 operand1"),
+    Instruction("tensor_scalar_reduce", ("vector",), (_o("data"), _o("operand0")), (_o("dst"), _o("reduce_res")),
+                sem_tensor_scalar, "tensor_scalar with one op plus a free-axis reduction"),
+    Instruction("scalar_tensor_tensor", ("vector", "gpsimd"), (_o("data"), _o("operand0"), _o("operand1")),
+                (_o("dst"),), sem_scalar_tensor_tensor, "dst = (data op0 operand0) op1 operand1[tile]"),
+    Instruction("tensor_reduce", _VEC, (_o("data"),), (_o("dst"),), sem_reduce, "reduce along free axes"),
+    Instruction("tensor_copy", _ANY, (_o("src"),), (_o("dst"),), sem_copy, "copy with dtype cast"),
+    Instruction("tensor_tensor_scan", ("vector",), (_o("data0"), _o("data1"), _o("initial")), (_o("dst"),),
+                sem_scan, "running r[i] = (data0[i] op0 r[i-1]) op1 data1[i] along the free axis"),
+    Instruction("reciprocal", _VEC, (_o("data"),), (_o("dst"),), sem_reciprocal, "dst = 1 / data"),
+    Instruction("memset", _ANY, (), (_o("dst"),), sem_copy, "fill with a constant"),
+    Instruction("iota", ("gpsimd",), (), (_o("dst", _SB),), sem_copy, "fill with an affine index expression"),
+    Instruction("affine_select", ("gpsimd",), (_o("on_true_tile", _SB),), (_o("dst", _SB),), sem_copy,
+                "dst = pred(index) ? on_true : on_false_value"),
+    Instruction("bn_stats", ("vector",), (_o("data", max_free="bn_stats_fmax"),), (_o("dst"),), sem_bn_stats,
+                "per-partition count/mean/M2 of <= 512 free elements"),
+    Instruction("bn_aggr", ("vector",), (_o("data"),), (_o("dst"),), sem_bn_aggr,
+                "aggregate bn_stats groups into mean and variance"),
+    Instruction("dma_copy", ("dma",), (_o("src", _ALLMEM),), (_o("dst", _ALLMEM),), sem_copy,
+                "DMA copy between HBM and SBUF (or within one)"),
+    Instruction("dma_transpose", ("dma",), (_o("src", _ALLMEM),), (_o("dst", _ALLMEM),), sem_transpose,
+                "DMA copy that swaps the two axes of a 2-D access"),
+)}
+
+# Size limits that are not HardwareSpec fields (fixed by the ISA itself).
+ISA_LIMITS = {"bn_stats_fmax": 512, "vector_transpose_max": 32}

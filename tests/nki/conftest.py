@@ -1,0 +1,8 @@
+import pytest
+
+import axon.nki
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shim() -> None:
+    axon.nki.install_import_shim()

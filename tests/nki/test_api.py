@@ -1,0 +1,164 @@
+"""The Python API: the import shim, jit kernels, loading from files, input parsing, tile math."""
+
+import numpy as np
+import pytest
+
+import axon.nki
+from axon.errors import NKIError
+from axon.nki.cli import parse_input_spec
+from tests.conftest import rel_err
+
+
+def test_import_shim_maps_both_generations():
+    import neuronxcc.nki as legacy
+    import neuronxcc.nki.isa as lisa
+    import neuronxcc.nki.language as lnl
+    import neuronxcc.nki.typing as nt  # noqa: F401
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    assert nl is lnl and nki.jit is legacy.jit
+    assert nisa.nc_matmul is not lisa.nc_matmul  # destination passing vs value returning
+
+
+def test_jit_kernel_called_with_arrays_runs_in_the_emulator():
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @nki.jit
+    def exp_plus_one(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.activation(dst=t, op=nl.exp, data=t, bias=None, scale=1.0)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.linspace(-2, 2, 128 * 64, dtype=np.float32).reshape(128, 64)
+    assert rel_err(exp_plus_one(a), np.exp(a.astype(np.float64)) + 1) <= 1e-6
+    assert rel_err(axon.nki.run(exp_plus_one, a), np.exp(a.astype(np.float64)) + 1) <= 1e-6
+
+
+def test_spmd_grid_program_ids():
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @nki.jit
+    def scale_rows(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        t = nl.ndarray((128, a.shape[1]), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[i * 128:(i + 1) * 128])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(i + 1))
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128], src=t)
+        return out
+
+    a = np.ones((256, 8), np.float32)
+    out = scale_rows[2](a)
+    assert np.all(out[:128] == 1) and np.all(out[128:] == 2)
+
+
+def test_language_ops_and_masks_in_legacy_style():
+    import neuronxcc.nki.language as nl
+
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        t = nl.load(a[i_p, i_f], mask=(i_p < 100))
+        y = nl.maximum(nl.silu(t, mask=(i_p < 100)), 0.5, mask=(i_p < 100))
+        z = nl.subtract(1.0, y, mask=(i_p < 100))
+        nl.store(out[i_p, i_f], value=z, mask=(i_p < 100))
+        return out
+
+    a = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+    out = k_run = axon.nki.run(k, a)
+    a64 = a.astype(np.float64)
+    ref = 1.0 - np.maximum(a64 / (1 + np.exp(-a64)), 0.5)
+    assert rel_err(out[:100], ref[:100]) <= 1e-6 and np.all(np.isnan(k_run[100:]))
+
+
+def test_iota_affine_select_and_scan():
+    import nki.isa as nisa
+    import nki.language as nl
+
+    def k(a):
+        out = nl.ndarray((128, 16), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(16)[None, :]
+        causal = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.affine_select(causal, i_p - i_f >= 0, t, -9.0)
+        idx = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.iota(idx, i_p * 16 + i_f)
+        s = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor_scan(s, causal, idx, 0.0, nl.add, nl.add)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+
+    a = np.random.default_rng(1).standard_normal((128, 16)).astype(np.float32)
+    out = axon.nki.run(k, a)
+    p, f = np.mgrid[0:128, 0:16]
+    causal = np.where(p >= f, a, -9.0)
+    idx = p * 16 + f
+    ref = np.zeros((128, 16))
+    prev = np.zeros(128)
+    for j in range(16):
+        prev = (causal[:, j] + prev) + idx[:, j]
+        ref[:, j] = prev
+    assert rel_err(out, ref) <= 1e-5
+
+
+def test_parse_input_spec():
+    assert parse_input_spec("a=float32[128,512]") == ("a", (128, 512), "float32")
+    for bad in ("a=float32", "=float32[1]", "a=complex[1]", "a=float32[0,4]"):
+        with pytest.raises(NKIError):
+            parse_input_spec(bad)
+
+
+def test_kernel_python_errors_name_the_line():
+    def broken(a):
+        raise ValueError("boom")
+
+    with pytest.raises(NKIError, match=r"test_api.py:\d+: kernel broken raised ValueError: boom"):
+        axon.nki.run(broken, np.zeros((1, 1), np.float32))
+
+
+def test_calls_outside_a_kernel_are_an_error():
+    import nki.language as nl
+
+    with pytest.raises(NKIError, match="inside a kernel"):
+        nl.ndarray((128, 4), nl.float32)
+
+
+SOURCE = '''import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def add_one(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+'''
+
+
+def test_run_and_trace_accept_kernel_source_text():
+    a = np.zeros((128, 4), np.float32)
+    assert np.all(axon.nki.run(SOURCE, a) == 1)
+    tr = axon.nki.trace(SOURCE, ((128, 4), "float32"))
+    assert [i.line for i in tr.instructions] == [10, 11, 12]
+
+
+def test_errors_in_kernel_source_name_the_line():
+    bad = SOURCE.replace("buffer=nl.sbuf)", "buffer=nl.psum)\n    x = nl.ndarray((256, 4), nl.float32)")
+    with pytest.raises(NKIError, match=r"nki_[0-9a-f]+\.py:10: partition axis > 128"):
+        axon.nki.run(bad, np.zeros((128, 4), np.float32))
