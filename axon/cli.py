@@ -25,6 +25,12 @@ LAZY_COMMANDS = {
 }
 
 
+# group name -> {subcommand: "module:attribute"} attached to a lazily loaded group by its users
+LAZY_SUBCOMMANDS = {
+    "nki": {"profile": "axon.sim.cli:profile"},
+}
+
+
 class AxonGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
@@ -32,7 +38,12 @@ class AxonGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in LAZY_COMMANDS:
             module, _, attr = LAZY_COMMANDS[name].partition(":")
-            return getattr(importlib.import_module(module), attr)
+            command = getattr(importlib.import_module(module), attr)
+            for sub, target in LAZY_SUBCOMMANDS.get(name, {}).items():
+                if isinstance(command, click.Group) and sub not in command.commands:
+                    sub_module, _, sub_attr = target.partition(":")
+                    command.add_command(getattr(importlib.import_module(sub_module), sub_attr), sub)
+            return command
         return super().get_command(ctx, name)
 
 

@@ -66,6 +66,7 @@ class Memory:
     access_overhead_cycles: int
     stride_penalty_bytes: int
     stride_penalty_factor: float
+    loop_tile_buffers: int  # rotating buffers of a tile allocated in a loop body (timing model)
 
     @property
     def psum_bank_bytes(self) -> int:
@@ -86,6 +87,7 @@ class DMA:
     partitions_per_engine: int
     transpose_bandwidth_factor: float
     sbuf_to_sbuf_bandwidth_factor: float
+    chunk_overhead_ns: float  # per descriptor (contiguous chunk) cost on the engine moving it
 
 
 @dataclass(frozen=True)

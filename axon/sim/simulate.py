@@ -1,0 +1,196 @@
+"""`simulate(trace, hw) -> Timing`: list scheduling of an NKI trace on one NeuronCore.
+
+The model, and why:
+- Each compute engine (Tensor, Vector, Scalar, GpSimd) is an in-order queue: an instruction starts
+  when its engine is free, its inputs are ready and its outputs may be overwritten. That is how
+  the hardware runs: four instruction streams synchronised by semaphores.
+- Dependencies come from the memory each instruction reads and writes (RAW, WAR, WAW, by
+  partition x byte overlap, see `memory.py`). A result is usable `access_overhead_cycles` after
+  the producing instruction ends (the write-back through SBUF/PSUM); a consumer on another engine
+  also waits `semaphore_latency_ns`; a consumer right behind its producer on the same engine pays
+  `static_overhead_cycles` because nothing hides the pipeline drain - unless both sit in an
+  affine loop of several iterations, whose independent work the compiler interleaves to hide
+  the drain and write-back (so there the consumer may start when its producer ends).
+- Costs are `axon.target.costs` (HARDWARE.md section 3) in the engine's cycles at its clock.
+- A DMA transfer is spread over `ceil(partitions / partitions_per_engine)` of the 16 DMA engines
+  modelled as one pool: the transfer books engines/16 of the pool's time in the first gap at or
+  after it is ready (the engines' many queues let a ready load pass a store still waiting for
+  its data, see `dmaqueue.py`) and lasts at least one engine's part; each engine pays
+  `chunk_overhead_ns` per
+  descriptor (one per partition row) plus bytes at its bandwidth (capped by the core's HBM
+  bandwidth shared by all engines). The fixed cost (`fixed_cost_ns`, descriptor setup and the
+  completion semaphore) is latency: a transfer completes no sooner than that after issue, but
+  the many queues of every engine overlap it with other transfers.
+- NC-v2 port conflicts: VectorE and GpSimd instructions that read SBUF exclude each other, as do
+  VectorE and ScalarE instructions touching PSUM (`hw.ports`); NC-v3 has neither.
+- Loops: iterations of an affine (or unrolled) loop overlap as far as the above allows (the Neuron
+  compiler software-pipelines them); a tile allocated in the loop body gets
+  `hw.memory.loop_tile_buffers` rotating buffers, so iteration i waits for iteration
+  i - buffers to release its buffer (WAR on the shared slot). Iterations of a sequential loop are
+  separated by a barrier: nothing of iteration i+1 starts before all of iteration i has ended.
+- A fixed `launch_overhead_ns` is added to the latency (kernel launch and teardown).
+It deliberately ignores instruction fetch, SBUF bank conflicts and HBM page effects.
+"""
+
+from __future__ import annotations
+
+from axon.errors import BackendError
+from axon.nki.trace import Instr, Trace
+from axon.sim.dmaqueue import EngineCalendar
+from axon.sim.memory import RAW, WAW, MemoryState, buffer_slots
+from axon.sim.timing import COMPUTE_ENGINES, Timeline, Timing, critical_path
+from axon.target import costs as C
+from axon.target.hardware import HardwareSpec
+
+
+def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
+    """Time `trace` on the NeuronCore `hw`.
+
+    >>> from axon.nki.trace import Access, Alloc, Instr, Trace
+    >>> from axon.target import load_hw
+    >>> t = Alloc(0, "sbuf", "t", (128, 512), "float32", 128, 2048, "k.py:1")
+    >>> w = Access(0, "sbuf", 0, 128, 0, 2048, 128 * 2048)
+    >>> ins = Instr(0, "memset", "vector", 128, 512, "float32", (), (w,), 1)
+    >>> timing = simulate(Trace("k", "k.py", "trn1", (ins,), (t,)), load_hw("trn1"))
+    >>> round(timing.busy_ns["vector"], 1)  # 512 cycles at 1.12 GHz
+    457.1
+    """
+    n = len(trace.instructions)
+    mem = MemoryState(buffer_slots(trace.allocs, hw.memory.loop_tile_buffers))
+    clocks = {e: hw.engines[e].clock_ghz for e in COMPUTE_ENGINES}
+    access_ns = {e: hw.memory.access_overhead_cycles / clocks[e] for e in COMPUTE_ENGINES}
+    static_ns = {e: hw.costs.static_overhead_cycles / clocks[e] for e in COMPUTE_ENGINES}
+    sem_ns = hw.costs.semaphore_latency_ns
+    share_sbuf, share_psum = hw.ports.vector_gpsimd_share_sbuf, hw.ports.vector_scalar_share_psum
+    port_partner = {"vector": "gpsimd", "gpsimd": "vector"}
+    psum_partner = {"vector": "scalar", "scalar": "vector"}
+
+    eng_free = {e: 0.0 for e in COMPUTE_ENGINES}
+    eng_last = {e: -1 for e in COMPUTE_ENGINES}
+    sbuf_port = {"vector": (0.0, -1), "gpsimd": (0.0, -1)}
+    psum_port = {"vector": (0.0, -1), "scalar": (0.0, -1)}
+    n_dma = hw.dma.engines
+    dma_pool = EngineCalendar()
+    busy = {e: 0.0 for e in (*COMPUTE_ENGINES, "dma")}
+    counts = {e: 0 for e in (*COMPUTE_ENGINES, "dma")}
+    seq_state: dict[tuple, list] = {}
+    loop_keys: dict[tuple, list[tuple[tuple, int]]] = {}
+
+    # affine loops with several iterations: independent work the compiler can interleave
+    pipelined = {lp.id for lp in trace.loops if lp.kind == "affine" and lp.trip_count > 1}
+    starts = [0.0] * n
+    ends = [0.0] * n
+    lanes = [""] * n
+    pred = [-1] * n
+    dma_bytes = hbm_bytes = 0
+    flops = 0.0
+
+    # One loop over locals on purpose: it runs once per instruction (100k in ~1 s), and CPython is
+    # fastest on local variables; each step is commented instead of split into methods.
+    for i, ins in enumerate(trace.instructions):
+        dma = C.is_dma(ins)
+        eng = "dma" if dma else ins.engine
+        if not dma and eng not in eng_free:
+            raise BackendError(f"trace {trace.kernel}: instruction {i} ({ins.opcode}, line {ins.line}) "
+                               f"is on unknown engine {ins.engine!r}")
+        # Earliest start from dependencies.
+        ready, who = 0.0, -1
+        last_same = eng_last.get(eng, -2)
+        for rec, kind in mem.producers(ins.reads, ins.writes):
+            t = rec[4]
+            if rec[5] != eng:
+                t += sem_ns
+            elif eng == "tensor" or kind == WAW:
+                # TensorE accumulates into PSUM in issue order, and an in-order engine orders its own
+                # writes: neither waits for the write-back.
+                t = rec[7]
+            elif kind == RAW and not dma:
+                if _in_pipelined_loop(ins.loops, pipelined):
+                    t = rec[7]  # the compiler interleaves another iteration's work behind the drain
+                elif rec[6] == last_same:
+                    t += static_ns[eng]  # nothing hides the pipeline drain of the instruction just before
+            if t > ready:
+                ready, who = t, rec[6]
+        # Sequential loops: a barrier between iterations.
+        seq = _seq_keys(ins, loop_keys) if ins.loops else ()
+        for key, it in seq:
+            st = seq_state.get(key)
+            if st is None:
+                st = seq_state[key] = [it, 0.0, 0.0, -1, -1]  # iteration, max end, barrier, who ends last, barrier who
+            elif st[0] != it:
+                st[0], st[2], st[4] = it, st[1], st[3]
+            if st[2] > ready:
+                ready, who = st[2], st[4]
+        if dma:
+            cost = C.dma_cost(ins, hw)
+            # The 16 engines as one pool: the transfer takes its share (engines/16) of the pool's
+            # time in the first gap after it is ready, and lasts at least one engine's part.
+            share = cost.engine_ns * cost.engines / n_dma
+            s = dma_pool.place(ready, share)
+            end = max(s + share, ready + cost.engine_ns, ready + cost.fixed_ns)
+            start = ready
+            if s > ready and s + share >= end:
+                who = dma_pool.last_index
+            if s + share >= dma_pool.free_at():
+                dma_pool.last_index = i
+            lane = counts["dma"] % n_dma  # display lane only
+            busy["dma"] += cost.engine_ns * cost.engines
+            dma_bytes += cost.nbytes
+            hbm_bytes += cost.hbm_bytes
+            lanes[i] = f"dma{lane}"
+            result_ready = end
+        else:  # a compute engine: in order, after its previous instruction and any port holder
+            start = ready
+            if eng_free[eng] > start:
+                start, who = eng_free[eng], eng_last[eng]
+            uses_sbuf = share_sbuf and eng in port_partner and any(a.buffer == "sbuf" for a in ins.reads)
+            uses_psum = share_psum and eng in psum_partner and any(a.buffer == "psum" for a in ins.reads + ins.writes)
+            if uses_sbuf and sbuf_port[port_partner[eng]][0] > start:
+                start, who = sbuf_port[port_partner[eng]]
+            if uses_psum and psum_port[psum_partner[eng]][0] > start:
+                start, who = psum_port[psum_partner[eng]]
+            dur = C.engine_cycles(ins, hw) / clocks[eng]
+            end = start + dur
+            eng_free[eng], eng_last[eng] = end, i
+            if uses_sbuf:
+                sbuf_port[eng] = (end, i)
+            if uses_psum:
+                psum_port[eng] = (end, i)
+            busy[eng] += dur
+            lanes[i] = eng
+            result_ready = end + access_ns[eng]
+            if ins.opcode == "nc_matmul":
+                moving, stationary = C.matmul_free_sizes(ins, hw)
+                flops += 2.0 * ins.partitions * stationary * moving
+        counts[eng] += 1
+        starts[i], ends[i], pred[i] = start, end, who
+        for key, _ in seq:
+            st = seq_state[key]
+            if end > st[1]:
+                st[1], st[3] = end, i
+        mem.record(ins.reads, ins.writes, end, result_ready, eng, i)
+
+    timeline = Timeline.from_lists(trace, starts, ends, lanes)
+    return Timing.build(trace, hw, timeline, busy, counts, dma_bytes, hbm_bytes, flops,
+                        critical_path(ends, pred))
+
+
+def _in_pipelined_loop(loops: tuple, pipelined: set[int]) -> bool:
+    for lid, _kind, _it in loops:
+        if lid in pipelined:
+            return True
+    return False
+
+
+def _seq_keys(ins: Instr, cache: dict[tuple, list[tuple[tuple, int]]]) -> list[tuple[tuple, int]]:
+    """(barrier key, iteration) for each sequential loop around `ins`; the key names the loop and
+    the iterations of the loops outside it, so separate entries of an inner loop do not collide."""
+    loops = ins.loops
+    hit = cache.get(loops)
+    if hit is None:
+        hit = []
+        for j, (lid, kind, it) in enumerate(loops):
+            if kind == "sequential":
+                hit.append(((lid, tuple(x[2] for x in loops[:j])), it))
+        cache[loops] = hit
+    return hit
