@@ -1,0 +1,131 @@
+"""prove(): proofs for all sizes, NumPy-confirmed counterexamples, Unknown never a proof."""
+
+import numpy as np
+import pytest
+
+import axon.spec as ax
+from axon.errors import SpecError
+from axon.ir import Graph, evaluate, trace
+from axon.verify import Counterexample, Proof, Unknown, prove
+
+
+def _g(fn):
+    return trace(fn)
+
+
+@ax.spec(x="M K", w="K N", r="M 1")
+def scaled_then_matmul(x, w, r):
+    return (x * r) @ w
+
+
+@ax.spec(x="M K", w="K N", r="M 1")
+def matmul_then_scaled(x, w, r):
+    return r * (x @ w)
+
+
+@ax.spec(x="M K", w="K N", r="K")
+def gain_then_matmul(x, w, r):
+    return (x * r) @ w
+
+
+@ax.spec(x="M K", w="K N", r="K")
+def gain_pulled_out(x, w, r):
+    return (x @ w) * ax.mean(r, axis=0)
+
+
+def test_row_factor_past_contraction_is_proved_for_all_sizes():
+    result = prove(_g(scaled_then_matmul), _g(matmul_then_scaled))
+    assert isinstance(result, Proof)
+    assert result.time_s < 1.0 and result.certificate
+
+
+def test_contracted_gain_pulled_out_is_refuted_with_a_numpy_confirmed_counterexample():
+    a, b = _g(gain_then_matmul), _g(gain_pulled_out)
+    result = prove(a, b)
+    assert isinstance(result, Counterexample) and result.confirmed
+    dims = tuple(sorted(result.sizes.items()))
+    out_a = evaluate(Graph(a.name, a.nodes, a.outputs, dims), result.inputs)["out"]
+    out_b = evaluate(Graph(b.name, b.nodes, b.outputs, dims), result.inputs)["out"]
+    assert not np.allclose(out_a, out_b)
+    assert np.allclose(out_a, result.outputs_a["out"]) and np.allclose(out_b, result.outputs_b["out"])
+
+
+@ax.spec(x="M K")
+def row_sum(x):
+    return ax.sum(x)
+
+
+@ax.spec(x="M K")
+def row_sum_in_tiles(x):
+    tiles = ax.reshape(x, ["M", "K/128", 128])
+    return ax.reshape(ax.sum(ax.sum(tiles, axis=2), axis=1), ["M", 1])
+
+
+def test_reduction_split_into_tiles_equals_the_reduction():
+    assert isinstance(prove(_g(row_sum), _g(row_sum_in_tiles)), Proof)
+
+
+@ax.spec(x="M N")
+def tanh_double(x):
+    return ax.tanh(2 * x)
+
+
+@ax.spec(x="M N")
+def tanh_double_formula(x):
+    t = ax.tanh(x)
+    return 2 * t / (1 + t * t)
+
+
+def test_true_identity_outside_the_stated_facts_is_unknown_not_proved():
+    result = prove(_g(tanh_double), _g(tanh_double_formula), timeout_s=2.0)
+    assert isinstance(result, Unknown) and result.reason
+
+
+@ax.spec(x="M N", y="M N")
+def ratio(x, y):
+    return x * y / y
+
+
+@ax.spec(x="M N", y="M N")
+def plain(x, y):
+    return x
+
+
+def test_division_by_a_value_that_may_be_zero_is_never_cancelled():
+    # x*y/y = x fails where y = 0, so it must not be proved (numerics agree almost surely).
+    assert not isinstance(prove(_g(ratio), _g(plain), timeout_s=2.0), Proof)
+
+
+@ax.spec(x="M N")
+def mean_sq_eps(x):
+    return x / ax.sqrt(ax.mean(x * x) + 1e-6)
+
+
+@ax.spec(x="M N")
+def mean_sq_eps_rsqrt(x):
+    return x * ax.rsqrt(ax.mean(x * x) + 1e-6)
+
+
+def test_positive_divisor_from_eps_lets_rsqrt_and_division_agree():
+    assert isinstance(prove(_g(mean_sq_eps), _g(mean_sq_eps_rsqrt)), Proof)
+
+
+def test_graphs_with_different_inputs_are_a_spec_error():
+    with pytest.raises(SpecError):
+        prove(_g(row_sum), _g(mean_sq_eps))
+
+
+@ax.spec(x="M K")
+def sum_of_squared_roots(x):
+    return ax.sum(ax.sqrt(x * x + 1) * ax.sqrt(x * x + 1))
+
+
+@ax.spec(x="M K")
+def sum_of_squares_plus_count(x):
+    return ax.sum(x * x) + x.size(-1)
+
+
+def test_induction_over_the_reduction_length_closes_what_normal_forms_do_not():
+    result = prove(_g(sum_of_squared_roots), _g(sum_of_squares_plus_count))
+    assert isinstance(result, Proof) and result.method == "induction"
+    assert "base" in result.certificate and "step" in result.certificate
