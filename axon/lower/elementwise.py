@@ -1,0 +1,221 @@
+"""Row-role nodes other than matmul: loads, elementwise ops, free-axis reductions, slices, concat.
+
+Each op maps to one ScalarE/VectorE instruction by operand kinds (full tile, per-row [P, 1] vector,
+broadcast free-axis vector, immediate). Fused groups replaced by a synthesized instruction sequence
+are handled by `axon.lower.fused`; this file is the one-op-one-instruction default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from axon.ir import Node
+from axon.ir.ops import BINARY, UNARY
+from axon.lower.lowering import ACT, ALU, PMAX, REDUCE, View, _is_scratch, _State, for_j, hbm_ref, rows_expr
+from axon.lower.passes import LoweringError
+from axon.lower.program import Affine, Expr, Instr, Loop, Ref, Stmt, tile_ref
+
+
+def out_dtype(st: _State, node: Node) -> str:
+    g = st.graph
+    if node.id in g.outputs:
+        name = g.output_names[g.outputs.index(node.id)]
+        return "float32" if _is_scratch(name) else node.type.dtype
+    return "float32"
+
+
+def new_view(st: _State, node: Node, stem: str = "") -> View:
+    f = st.graph.concrete_shape(node.id)[-1]
+    pool = st.__dict__.setdefault("pool", [])
+    key = (st.mb * f, out_dtype(st, node))
+    for name, k in pool:
+        if k == key:  # a dead tile of the same size: reuse its SBUF
+            pool.remove((name, k))
+            v = View(name, f, Expr.of(0), f, key[1])
+            st.views[node.id] = v
+            return v
+    t = st.tile(stem or f"t{node.id}", st.tm, st.mb * f, out_dtype(st, node))
+    v = View(t.name, f, Expr.of(0), f, t.dtype)
+    st.views[node.id] = v
+    st.__dict__.setdefault("owned", set()).add(t.name)
+    return v
+
+
+def operand(st: _State, nid: int, j: Expr) -> tuple[str, Any]:
+    """("full"|"vec", Ref), ("bcast", Ref) or ("scalar", float)."""
+    role = st.roles.role[nid]
+    if role == "scalar":
+        return "scalar", st.roles.scalar[nid]
+    if role == "bcast":
+        v = st.bcast[nid]
+        return "bcast", v.ref(Expr.of(0), st.tm)
+    v = st.views[nid]
+    return ("vec" if v.width == 1 else "full"), v.ref(j, st.tm)
+
+
+def load_input(st: _State, node: Node) -> list[Stmt]:
+    g = st.graph
+    shape = g.concrete_shape(node.id)
+    f = shape[-1]
+    bufs = max(1, int(st.knobs["bufs"]))
+    t = st.tile(f"{node.attr('name')}_sb", st.tm, bufs * st.mb * f, node.type.dtype)
+    rotate = bufs > 1 and st.__dict__.get("tail_base") is None
+    base = Expr.of(Affine.of("i_r").modulo(bufs, st.mb * f)) if rotate else Expr.of(0)
+    v = View(t.name, f, base, f, t.dtype)
+    st.views[node.id] = v
+    if bufs == 1:
+        st.__dict__.setdefault("owned", set()).add(t.name)
+
+    def body(j: Expr) -> list[Stmt]:
+        src = hbm_ref(st, node.attr("name"), st.roles.bmap[node.id], rows_expr(st, j), st.tm, 0, f, shape)
+        return [Instr("dma_copy", "dma", v.ref(j, st.tm), (("src", src),), f"load {node.attr('name')}")]
+
+    return for_j(st, body)
+
+
+def load_transposed(st: _State, node: Node) -> list[Stmt]:
+    """transpose(X) of an HBM input as a row tile: DMA transpose, or load + TensorE transpose."""
+    g = st.graph
+    x = g.nodes[node.inputs[0]]
+    xshape = g.concrete_shape(x.id)
+    f = g.concrete_shape(node.id)[-1]  # = rows of X
+    cs = min(PMAX, f)
+    if f % cs:
+        raise LoweringError(f"{g.name}: transpose of {x.attr('name')}: {f} rows not a multiple of {cs}")
+    v = new_view(st, node)
+    bmap = st.roles.bmap[x.id]
+    use_dma = st.knobs["transpose"] == "dma"
+    if not use_dma:
+        raw = st.tile(f"{x.attr('name')}_raw", cs, st.tm, x.type.dtype)
+        pt = st.tile("transpose_psum", PMAX, 512, "float32", "psum")
+
+    def body(j: Expr) -> list[Stmt]:
+        c0 = Expr.of(Affine.of("i_c") * cs)
+        src = hbm_ref(st, x.attr("name"), bmap, c0, cs, rows_expr(st, j), st.tm, xshape)
+        dst = tile_ref(v.tensor, 0, st.tm, v.base + _joff(j, f) + c0, cs)
+        if use_dma:
+            inner = [Instr("dma_transpose", "dma", dst, (("src", src),), f"{x.attr('name')} transposed by DMA")]
+        else:
+            inner = [
+                Instr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, st.tm), (("src", src),)),
+                Instr("nc_transpose", "tensor", tile_ref(pt.name, 0, st.tm, 0, cs), (("data", tile_ref(raw.name, 0, cs, 0, st.tm)),)),
+                Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, st.tm, 0, cs)),)),
+            ]
+        return [Loop("i_c", f // cs, tuple(inner), "transpose_chunk")]
+
+    return for_j(st, body)
+
+
+def _joff(j: Expr, stride: int) -> Expr:
+    from axon.lower.lowering import j_off
+
+    return j_off(j, stride)
+
+
+def lower_node(st: _State, node: Node) -> list[Stmt]:
+    g = st.graph
+    op = node.op
+    if node.id in st.__dict__.get("internal", ()):
+        return []  # computed inside its fused group's instruction sequence
+    if node.id in st.__dict__.get("groups", {}):
+        from axon.lower.fused import lower_group
+
+        return lower_group(st, node)
+    if op == "input":
+        if _only_matmul_left(st, node) and st.knobs["transpose"] == "dma":
+            return []  # the matmul reads it with a DMA transpose
+        return load_input(st, node)
+    if op == "transpose":
+        return load_transposed(st, node)
+    if op == "slice":
+        src = st.views[node.inputs[0]]
+        start = node.attr("start").evaluate(g.bindings)
+        size = g.concrete_shape(node.id)[-1]
+        st.views[node.id] = View(src.tensor, src.jstride, src.base + start, size, src.dtype)
+        return []
+    if op == "repeat":
+        st.views[node.id] = st.views[node.inputs[0]]
+        return []
+    if op == "concat":
+        v = new_view(st, node)
+
+        def cbody(j: Expr) -> list[Stmt]:
+            out, at = [], 0
+            for i in node.inputs:
+                w = g.concrete_shape(i)[-1]
+                out.append(Instr("tensor_copy", "vector", v.ref(j, st.tm, at, w), (("src", st.views[i].ref(j, st.tm)),), "concat"))
+                at += w
+            return out
+
+        return for_j(st, cbody)
+    v = reuse_operand_tile(st, node) or new_view(st, node)
+    return for_j(st, lambda j: [single_instruction(st, node, v.ref(j, st.tm), j)])
+
+
+def reuse_operand_tile(st: _State, node: Node) -> View | None:
+    """Write in place over an operand tile that nothing else reads (keeps big rows within SBUF)."""
+    g = st.graph
+    f = g.concrete_shape(node.id)[-1]
+    owned = st.__dict__.setdefault("owned", set())
+    for i in node.inputs:
+        v = st.views.get(i)
+        if v is None or v.tensor not in owned or i in g.outputs or v.width != f or v.jstride != f:
+            continue
+        if v.dtype != out_dtype(st, node) or sum(u.inputs.count(i) for u in g.nodes) != 1:
+            continue
+        st.views[node.id] = v
+        return v
+    return None
+
+
+def _only_matmul_left(st: _State, node: Node) -> bool:
+    users = [u for u in st.graph.nodes if node.id in u.inputs]
+    return bool(users) and all(u.op == "matmul" and u.inputs[0] == node.id and u.inputs[1] != node.id for u in users)
+
+
+def single_instruction(st: _State, node: Node, dst: Ref, j: Expr) -> Instr:
+    """The one-instruction lowering of an elementwise op or a reduction."""
+    op = node.op
+    ops = [operand(st, i, j) for i in node.inputs]
+    if op == "reduce":
+        kind, ref = ops[0]
+        return Instr("tensor_reduce", "vector", dst, (("op", REDUCE[node.attr("kind")]), ("data", ref), ("axis", 1),
+                                                      ("keepdims", True)), f"%{node.id} {node.attr('kind')}")
+    if op in ("cast",):
+        return Instr("tensor_copy", "vector", dst, (("src", ops[0][1]),), f"%{node.id} cast")
+    if op == "pow":
+        return Instr("tensor_scalar", "vector", dst, (("data", ops[0][1]), ("op0", "nl.power"),
+                                                      ("operand0", float(node.attr("exponent")))), f"%{node.id} pow")
+    if op in UNARY:
+        ref = ops[0][1]
+        if op == "neg":
+            return Instr("activation", "scalar", dst, (("op", "nl.copy"), ("data", ref), ("scale", -1.0)), f"%{node.id} neg")
+        return Instr("activation", "scalar", dst, (("op", ACT[op]), ("data", ref)), f"%{node.id} {op}")
+    if op in BINARY:
+        (ka, a), (kb, b) = ops
+        alu = ALU[op]
+        wide = {"full", "bcast"}
+        if ka in wide and kb in wide or ka == kb == "vec":
+            return Instr("tensor_tensor", "vector", dst, (("data1", a), ("data2", b), ("op", alu)), f"%{node.id} {op}")
+        if ka in wide or (ka == "vec" and kb == "scalar"):
+            return Instr("tensor_scalar", "vector", dst, (("data", a), ("op0", alu), ("operand0", b)), f"%{node.id} {op}")
+        if kb in wide or (kb == "vec" and ka == "scalar"):
+            return Instr("tensor_scalar", "vector", dst, (("data", b), ("op0", alu), ("operand0", a), ("reverse0", True)),
+                         f"%{node.id} {op}")
+    raise LoweringError(f"{st.graph.name}: no instruction for %{node.id} {op} on {[k for k, _ in ops]}")
+
+
+def release(st: _State, done: set[int]) -> None:
+    """Return owned tiles whose every reader has been emitted to the pool (`done`: emitted nodes)."""
+    g = st.graph
+    owned = st.__dict__.setdefault("owned", set())
+    pool = st.__dict__.setdefault("pool", [])
+    live: set[str] = set()
+    for nid, v in st.views.items():
+        users = [u.id for u in g.nodes if nid in u.inputs]
+        if nid in g.outputs or nid not in done or any(u not in done for u in users):
+            live.add(v.tensor)
+    for nid, v in list(st.views.items()):
+        if v.tensor in owned and v.tensor not in live and all(n != v.tensor for n, _ in pool):
+            t = next(a for a in st.allocs if a.name == v.tensor)
+            pool.append((t.name, (t.shape[1], t.dtype)))

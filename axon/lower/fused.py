@@ -1,0 +1,215 @@
+"""Fused elementwise groups lowered as the instruction sequence chosen among verified alternatives.
+
+`axon.synth.isel` proves the alternatives; here each `Step` becomes an `Instr` on row tiles: a step
+over full tiles writes a [P, F] tile, one over per-row vectors a [P, 1] tile, reductions write their
+[P, 1] result through `reduce_res` (activation_reduce, tensor_scalar_reduce) or `tensor_reduce`.
+Which alternative a point uses is its `isel.g<sink>` knob (default 0: fewest instructions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from axon.ir import Graph
+from axon.lower.lowering import _State, for_j
+from axon.lower.program import Expr, Instr, Ref, Stmt, tile_ref
+
+_ENGINE_ARG = {"scalar": "nisa.scalar_engine", "gpsimd": "nisa.gpsimd_engine"}
+_RED = {"add": "nl.add", "max": "nl.maximum", "min": "nl.minimum", "multiply": "nl.multiply"}
+
+
+def alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
+    """The verified alternatives of the group ending at `sink`.
+
+    Memoized on the group's structure (ops, attributes, leaf kinds and constants, with node ids made
+    local), so variants and presets that share a group search once: the search is a pure function."""
+    from axon.synth.isel import fused_groups
+
+    for grp in fused_groups(graph):
+        if grp.sink == sink:
+            local = {n: i for i, n in enumerate(list(grp.nodes) + [l.node for l in grp.leaves])}
+            sig = (tuple((graph.nodes[n].op, graph.nodes[n].attrs, tuple(local.get(i, -1) for i in graph.nodes[n].inputs),
+                          graph.concrete_shape(n)[-1] == 1) for n in grp.nodes),
+                   tuple((l.kind, l.value, graph.nodes[l.node].op == "matmul") for l in grp.leaves))
+            back = {i: n for n, i in local.items()}
+            return tuple(_relabel(a, back) for a in _search(sig, grp))
+    return ()
+
+
+_SEARCHED: dict[Any, tuple[Any, ...]] = {}  # explicit memo of a pure search, keyed by group structure
+
+
+def _search(sig: Any, grp: Any) -> tuple[Any, ...]:
+    from axon.synth.isel import synthesize_instructions
+
+    if sig not in _SEARCHED:
+        local = {n: i for i, n in enumerate(list(grp.nodes) + [l.node for l in grp.leaves])}
+        _SEARCHED[sig] = tuple(_relabel(a, local) for a in synthesize_instructions(grp))
+    return _SEARCHED[sig]
+
+
+def _relabel(alt: Any, mapping: dict[int, int]) -> Any:
+    import dataclasses
+
+    def arg(v: Any) -> Any:
+        return ("in", mapping[v[1]]) if isinstance(v, tuple) and v[0] == "in" else v
+
+    steps = tuple(dataclasses.replace(s, args=tuple((k, arg(v)) for k, v in s.args)) for s in alt.steps)
+    return dataclasses.replace(alt, steps=steps)
+
+
+def groups_of(graph: Graph) -> list[Any]:
+    """Groups worth synthesizing: several ops, a reduction, or an op reading a matmul result."""
+    from axon.synth.isel import fused_groups
+
+    def reads_matmul(g: Any) -> bool:
+        return any(graph.nodes[l.node].op == "matmul" for l in g.leaves)
+
+    return [g for g in fused_groups(graph) if len(g.nodes) > 1 or graph.nodes[g.nodes[0]].op == "reduce" or reads_matmul(g)]
+
+
+def plan_groups(st: _State, origin: tuple[int, ...]) -> None:
+    """Record, per group sink, the chosen alternative; internal nodes are then skipped."""
+    chosen: dict[int, tuple[Any, Any]] = {}
+    internal: set[int] = set()
+    if st.knobs.get("fusion") == "unfused":
+        st.__dict__["groups"], st.__dict__["internal"] = chosen, internal
+        return
+    for grp in groups_of(st.graph):
+        alts = alternatives(st.graph, grp.sink)
+        if not alts:
+            continue
+        k = int(st.knobs.get(f"isel.g{origin[grp.sink]}", 0))
+        chosen[grp.sink] = (grp, alts[min(k, len(alts) - 1)])
+        internal |= set(grp.nodes) - {grp.sink}
+    st.__dict__["groups"], st.__dict__["internal"] = chosen, internal
+
+
+def _arg(st: _State, v: Any, j: Expr, results: list[Ref], window: tuple[Expr, int] | None,
+         override: dict[int, Ref]) -> Any:
+    if isinstance(v, tuple) and v[0] == "in":
+        if v[1] in override:
+            return override[v[1]]
+        if window is not None and st.roles.role.get(v[1]) == "bcast":
+            return st.bcast[v[1]].ref(Expr.of(0), st.tm, window[0], window[1])
+        if window is not None and st.views[v[1]].width > 1:
+            return st.views[v[1]].ref(j, st.tm, window[0], window[1])
+        from axon.lower.elementwise import operand
+
+        return operand(st, v[1], j)[1]
+    if isinstance(v, tuple) and v[0] == "step":
+        return results[v[1]]
+    if isinstance(v, tuple) and v[0] == "imm":
+        return float(v[1])
+    return v
+
+
+def _is_full(st: _State, step: Any, kinds: dict[Any, str]) -> bool:
+    for _, v in step.args:
+        if isinstance(v, tuple) and v[0] == "in" and kinds.get(v[1]) in ("full", "bcast"):
+            return True
+        if isinstance(v, tuple) and v[0] == "step" and kinds.get(("step", v[1])) == "full":
+            return True
+    return False
+
+
+def fusable_evacuation(st: _State, mm: int) -> Any | None:
+    """The group that may consume matmul `mm` straight from PSUM, tile by tile (None if none).
+
+    Allowed when the matmul has one reader, a chosen group whose every value is elementwise over
+    the matmul's columns (no reductions, no free-axis vectors read at other columns)."""
+    g = st.graph
+    users = [u for u in g.nodes if mm in u.inputs]
+    groups = st.__dict__.get("groups", {})
+    if len(users) != 1 or sum(users[0].inputs.count(mm) for _ in [0]) != 1:
+        return None
+    for sink, (grp, alt) in groups.items():
+        if users[0].id in grp.nodes and grp.reduce is None and all(
+                g.concrete_shape(n)[-1] == g.concrete_shape(mm)[-1] for n in grp.nodes):
+            ready = all(l.node == mm or l.kind == "scalar" or l.node in st.views or l.node in st.bcast
+                        for l in grp.leaves)  # every other operand is computed before this matmul
+            psum_ok = all(s.engine != "gpsimd" for s in alt.steps)  # GpSimd cannot read PSUM
+            if ready and psum_ok and all(not s.opcode.endswith("reduce") for s in alt.steps):
+                return g.nodes[sink]
+    return None
+
+
+def prepare_group(st: _State, sink_node: Any) -> Any:
+    """Allocate the group's tiles; returns `emit(j, window=None, override={})` giving its instructions."""
+    from axon.lower.elementwise import new_view
+    from axon.lower.lowering import j_off
+
+    grp, alt = st.__dict__["groups"][sink_node.id]
+    g = st.graph
+    f = max(g.concrete_shape(i)[-1] for i in list(grp.nodes) + [l.node for l in grp.leaves] if g.concrete_shape(i))
+    kinds: dict[Any, str] = {l.node: l.kind for l in grp.leaves}
+    for i, step in enumerate(alt.steps):
+        red = step.opcode in ("activation_reduce", "tensor_scalar_reduce", "tensor_reduce")
+        kinds[("step", i)] = "full" if _is_full(st, step, kinds) and not red else "vec"
+    sink_view = new_view(st, sink_node)
+    borrowed: list = []
+    tiles = []
+    for i, step in enumerate(alt.steps[:-1]):
+        width = f if kinds[("step", i)] == "full" else 1
+        tiles.append(_borrow(st, f"t{sink_node.id}_s{i}", st.mb * width, borrowed))
+    needs_junk = any(s.opcode in ("activation_reduce", "tensor_scalar_reduce") for s in alt.steps)
+    junk = _borrow(st, f"t{sink_node.id}_discard", f, borrowed) if needs_junk else None
+    comment = f"group %{', %'.join(map(str, grp.nodes))}: {alt.describe()}"
+
+    def emit(j: Expr, window: tuple[Expr, int] | None = None, override: dict[int, Ref] | None = None) -> list[Stmt]:
+        results: list[Ref] = []
+        out: list[Stmt] = []
+        for i, step in enumerate(alt.steps):
+            last = i == len(alt.steps) - 1
+            full = kinds[("step", i)] == "full"
+            width = f if full else 1
+            start, size = (window if (window and full) else (Expr.of(0), width))
+            if last:
+                dst = sink_view.ref(j, st.tm, start, size)
+            else:
+                dst = tile_ref(tiles[i].name, 0, st.tm, j_off(j, width) + start, size)
+            args = [(k, _named(k, _arg(st, v, j, results, window, override or {}), step.opcode)) for k, v in step.args]
+            if step.opcode in ("activation_reduce", "tensor_scalar_reduce"):
+                red = dict(step.args).get("reduce_op", "add")
+                args = [(k, v) for k, v in args if k != "reduce_op"] + [("reduce_op", _RED[red]), ("reduce_res", dst)]
+                dst = tile_ref(junk.name, 0, st.tm, 0, f)
+            if step.opcode == "tensor_scalar" and step.engine in _ENGINE_ARG:
+                args.append(("engine", _ENGINE_ARG[step.engine]))
+            if step.opcode == "tensor_reduce":
+                args += [("axis", 1), ("keepdims", True)]
+            out.append(Instr(step.opcode, step.engine, dst, tuple(args), comment if i == 0 else ""))
+            results.append(dict(args)["reduce_res"] if "reduce_res" in dict(args) else dst)
+        return out
+
+    emit.borrowed = borrowed  # type: ignore[attr-defined]
+    return emit
+
+
+def lower_group(st: _State, sink_node: Any) -> list[Stmt]:
+    if sink_node.id in st.__dict__.get("evacuated", ()):
+        return []  # already computed while its matmul's PSUM tiles were evacuated
+    emit = prepare_group(st, sink_node)
+    stmts = for_j(st, emit)
+    st.__dict__.setdefault("pool", []).extend(emit.borrowed)  # step results are dead once the sink is written
+    return stmts
+
+
+def _borrow(st: _State, stem: str, free: int, borrowed: list) -> Any:
+    """A float32 [tm, free] tile: a dead one from the pool when one fits, else a new one."""
+    pool = st.__dict__.setdefault("pool", [])
+    for name, key in pool:
+        if key == (free, "float32"):
+            pool.remove((name, key))
+            borrowed.append((name, key))
+            return next(a for a in st.allocs if a.name == name)
+    t = st.tile(stem, st.tm, free, "float32")
+    borrowed.append((t.name, (free, "float32")))
+    return t
+
+
+def _named(key: str, v: Any, opcode: str) -> Any:
+    if key in ("op", "op0", "op1") and isinstance(v, str):
+        if opcode == "tensor_reduce":
+            return _RED[v]
+        return f"nl.{v}"
+    return v

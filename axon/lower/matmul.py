@@ -1,0 +1,221 @@
+"""Matmul inside a row block: stationary tiles from the row operand, moving tiles from the weight.
+
+out[rows, N] = A[rows, K] @ W[K, N] becomes, per n tile and row tile j, nc_matmul accumulating over
+K tiles in one PSUM bank: stationary = A^T[k tile, rows] and moving = W[k tile, n tile]. A^T comes
+from a DMA of an HBM input already laid out [K, M] (no transpose), a DMA transpose, or a TensorE
+transpose of an on-chip tile; W is streamed per (k, n) tile through `bufs` rotating buffers or
+kept resident per batch; a transposed weight (k.T in attention) is built once per batch.
+The first K tile is peeled so that it starts the accumulation group (`accumulate=False`).
+"""
+
+from __future__ import annotations
+
+from axon.ir import Node
+from axon.lower.elementwise import new_view, out_dtype
+from axon.lower.lowering import PMAX, Rejected, _State, for_j, hbm_ref, j_off, rows_expr
+from axon.lower.passes import Weight
+from axon.lower.program import Affine, Expr, Instr, Loop, Ref, Stmt, tile_ref
+
+BANK = 512
+
+
+def _dims(st: _State, node: Node) -> tuple[int, int, int, int]:
+    g = st.graph
+    k = g.concrete_shape(node.inputs[0])[-1]
+    n = g.concrete_shape(node.id)[-1]
+    tk = min(int(st.knobs["tile_k"]), k, PMAX)
+    if k % tk:
+        raise Rejected(f"tile_k: contraction {k} of %{node.id} is not a multiple of tile_k={tk}")
+    return k, n, tk, k // tk
+
+
+def _weight_dtype(st: _State, w: Weight) -> str:
+    return st.graph.input(w.input).type.dtype
+
+
+def prepare_weights(st: _State, mm: int) -> list[Stmt]:
+    """Per-batch weight preparation (resident or transposed weights); nothing for streamed ones."""
+    g = st.graph
+    node = g.nodes[mm]
+    w = st.roles.weight[mm]
+    k, n, tk, nk = _dims(st, node)
+    plans = st.__dict__.setdefault("wplan", {})
+    dt = _weight_dtype(st, w)
+    src_shape = g.concrete_shape(g.input(w.input).id)
+    if not w.transposed and st.knobs["weights"] != "resident":
+        plans[mm] = ("stream", None)
+        return []
+    res = st.tile(f"{w.input}_resident", tk, nk * n, dt)
+    plans[mm] = ("resident", res.name)
+    if not w.transposed:
+        kt = Affine.of("i_k")
+        return [Loop("i_k", nk, (Instr("dma_copy", "dma", tile_ref(res.name, 0, tk, Expr.of(kt * n), n),
+                                      (("src", hbm_ref(st, w.input, w.bmap, Expr.of(kt * tk), tk, 0, n, src_shape)),),
+                                      f"{w.input} resident"),), "weight_k")]
+    # W = Y.T with Y [.., N, K] in HBM: chunks of <= 128 rows of Y become columns of W
+    cs = min(PMAX, n)
+    if n % cs:
+        raise Rejected(f"transpose: {n} rows of {w.input} are not a multiple of {cs}")
+    c, kt = Affine.of("i_c"), Affine.of("i_k")
+    dst = tile_ref(res.name, 0, tk, Expr.of(kt * n) + c * cs, cs)
+    src = hbm_ref(st, w.input, w.bmap, Expr.of(c * cs), cs, Expr.of(kt * tk), tk, src_shape)
+    if st.knobs["transpose"] == "dma":
+        inner: list[Stmt] = [Instr("dma_transpose", "dma", dst, (("src", src),), f"{w.input}.T by DMA")]
+    else:
+        raw = st.tile(f"{w.input}_chunk", cs, tk, dt)
+        pt = st.tile("wT_psum", PMAX, BANK, "float32", "psum")
+        inner = [
+            Instr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, tk), (("src", src),)),
+            Instr("nc_transpose", "tensor", tile_ref(pt.name, 0, tk, 0, cs), (("data", tile_ref(raw.name, 0, cs, 0, tk)),),
+                  f"{w.input}.T on TensorE"),
+            Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, tk, 0, cs)),)),
+        ]
+    return [Loop("i_c", n // cs, (Loop("i_k", nk, tuple(inner), "weight_k"),), "weight_chunk")]
+
+
+def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
+    """A^T tiles for every row tile j and k tile of the row operand, once per row block."""
+    g = st.graph
+    a = node.inputs[0]
+    if a in st.transposed:
+        return []
+    k, _, tk, nk = _dims(st, node)
+    tm = st.tm
+    role = st.roles.role[a]
+    src_node = g.nodes[g.nodes[a].inputs[0]] if role == "rowT" else g.nodes[a]
+    aT = st.tile(f"t{a}_T", tk, st.mb * nk * tm, dt if role != "rowT" else src_node.type.dtype)
+    st.transposed[a] = aT.name
+    kt = Affine.of("i_k")
+
+    def body(j: Expr) -> list[Stmt]:
+        dst = tile_ref(aT.name, 0, tk, j_off(j, nk * tm) + kt * tm, tm)
+        rows = rows_expr(st, j)
+        shape = g.concrete_shape(src_node.id)
+        if role == "rowT":  # HBM [.., K, M]: already the stationary layout
+            src = hbm_ref(st, src_node.attr("name"), st.roles.bmap[src_node.id], rows, tm, Expr.of(kt * tk), tk, shape, True)
+            inner: list[Stmt] = [Instr("dma_copy", "dma", dst, (("src", src),), "stationary, no transpose needed")]
+        elif a not in st.views:  # an HBM input read only here
+            src = hbm_ref(st, src_node.attr("name"), st.roles.bmap[a], rows, tm, Expr.of(kt * tk), tk, shape)
+            inner = [Instr("dma_transpose", "dma", dst, (("src", src),), "stationary by DMA transpose")]
+        else:
+            pt = st.__dict__.get("pt") or st.tile("transpose_psum", PMAX, BANK, "float32", "psum")
+            st.__dict__["pt"] = pt
+            view = st.views[a]
+            data = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + kt * tk, tk)
+            inner = [
+                Instr("nc_transpose", "tensor", tile_ref(pt.name, 0, tk, 0, tm), (("data", data),), "stationary on TensorE"),
+                Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, tk, 0, tm)),)),
+            ]
+        return [Loop("i_k", nk, tuple(inner), "stationary_k")]
+
+    return for_j(st, body)
+
+
+def lower_matmul(st: _State, node: Node) -> list[Stmt]:
+    g = st.graph
+    w = st.roles.weight[node.id]
+    k, n, tk, nk = _dims(st, node)
+    tm, mb = st.tm, st.mb
+    wdt = _weight_dtype(st, w)
+    out: list[Stmt] = _stationary(st, node, wdt)
+    aT = st.transposed[node.inputs[0]]
+    tn = min(int(st.knobs["tile_n"]), n, BANK)
+    kind, res = st.wplan[node.id]
+    bufs = max(1, int(st.knobs["bufs"]))
+    wt = st.tile(f"{w.input}_tile", tk, bufs * tn, wdt) if kind == "stream" else None
+    pbufs = max(1, int(st.knobs.get("psum_bufs", 1)))
+    ntiles = pbufs * mb
+    ps = st.tile(f"t{node.id}_psum", tm, BANK, "float32", "psum", tiles=ntiles if ntiles > 1 else 0)
+    from axon.lower.fused import fusable_evacuation, prepare_group
+
+    consumer = fusable_evacuation(st, node.id)
+    group_emit = prepare_group(st, consumer) if consumer is not None else None
+    if consumer is not None:
+        st.__dict__.setdefault("evacuated", set()).add(consumer.id)
+    direct = node.id in g.outputs and not any(node.id in u.inputs for u in g.nodes)
+    if group_emit is not None:
+        pass  # the consumer group writes its own tile, reading this matmul's PSUM tile
+    elif direct:
+        stage = st.tile(f"t{node.id}_stage", tm, tn, out_dtype(st, node))
+        st.__dict__.setdefault("stored", set()).add(node.id)
+        name = g.output_names[g.outputs.index(node.id)]
+    else:
+        view = new_view(st, node)
+    w_shape = g.concrete_shape(g.input(w.input).id)
+
+    def ps_ref(nvar: Expr, j: Expr, width: int) -> Ref:
+        """Accumulator of row tile j for this n tile: one PSUM bank each (rotating over psum_bufs)."""
+        if ntiles == 1:
+            return tile_ref(ps.name, 0, tm, 0, width)
+        idx = Expr.of(0)
+        if pbufs > 1:
+            lin = Affine()
+            for part in nvar.parts:
+                lin = lin + part
+            idx = Expr.of(lin.modulo(pbufs, mb))
+        idx = idx + j
+        return Ref(ps.name, ((idx, None), (Expr.of(0), tm), (Expr.of(0), width)))
+
+    def k_step(n0: Expr, width: int, kt: Expr, nvar: Expr, first: bool) -> list[Stmt]:
+        stmts: list[Stmt] = []
+        if kind == "stream":
+            rot = Expr.of(0)
+            if bufs > 1:
+                lin = Affine()
+                for part in _scale(nvar, nk).parts + kt.parts:
+                    lin = lin + part
+                rot = Expr.of(lin.modulo(bufs, tn))
+            moving = tile_ref(wt.name, 0, tk, rot, width)
+            src = hbm_ref(st, w.input, w.bmap, _scale(kt, tk), tk, n0, width, w_shape)
+            stmts.append(Instr("dma_copy", "dma", moving, (("src", src),), f"{w.input} tile"))
+        else:
+            moving = tile_ref(res, 0, tk, _scale(kt, n) + n0, width)
+
+        def mm(j: Expr) -> list[Stmt]:
+            stationary = tile_ref(aT, 0, tk, j_off(j, nk * tm) + _scale(kt, tm), tm)
+            return [Instr("nc_matmul", "tensor", ps_ref(nvar, j, width),
+                          (("stationary", stationary), ("moving", moving), ("accumulate", not first)))]
+
+        return stmts + for_j(st, mm)
+
+    def n_body(n0: Expr, width: int, nvar: Expr) -> list[Stmt]:
+        stmts = k_step(n0, width, Expr.of(0), nvar, True)
+        if nk > 1:
+            kvar = Expr.of(Affine.of("i_k")) + 1
+            stmts.append(Loop("i_k", nk - 1, tuple(k_step(n0, width, kvar, nvar, False)), "contraction"))
+
+        def evac(j: Expr) -> list[Stmt]:
+            src = ps_ref(nvar, j, width)
+            if group_emit is not None:  # PSUM evacuated by the consumer's own first instruction
+                return group_emit(j, (n0, width), {node.id: src})
+            dst = tile_ref(stage.name, 0, tm, 0, width) if direct else view.ref(j, tm, 0, width)
+            if not direct:
+                dst = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + n0, width)
+            if st.knobs["evac"] == "scalar":
+                ins = Instr("activation", "scalar", dst, (("op", "nl.copy"), ("data", src)), "evacuate PSUM")
+            else:
+                ins = Instr("tensor_copy", "vector", dst, (("src", src),), "evacuate PSUM")
+            stmts2: list[Stmt] = [ins]
+            if direct:
+                hdst = hbm_ref(st, name, st.roles.bmap[node.id], rows_expr(st, j), tm, n0, width, g.concrete_shape(node.id))
+                stmts2.append(Instr("dma_copy", "dma", hdst, (("src", dst),), f"store {name}"))
+            return stmts2
+
+        return stmts + for_j(st, evac)
+
+    nfull, tail = divmod(n, tn)
+    nv = Expr.of(Affine.of("i_n"))
+    if nfull:
+        out.append(Loop("i_n", nfull, tuple(n_body(Expr.of(Affine.of("i_n") * tn), tn, nv)), "n_tile"))
+    if tail:
+        out.extend(n_body(Expr.of(nfull * tn), tail, Expr.of(nfull)))
+    if group_emit is not None:
+        st.__dict__.setdefault("pool", []).extend(group_emit.borrowed)
+    return out
+
+
+def _scale(e: Expr, k: int) -> Expr:
+    out = Expr.of(0)
+    for a in e.parts:
+        out = out + a * k
+    return out

@@ -1,0 +1,355 @@
+"""Cutting a graph into passes (which intermediates go through HBM) and the roles of nodes in a pass.
+
+A pass computes a few materialized values (graph outputs or HBM scratch tensors) from graph inputs and
+earlier passes' values, one block of output rows at a time. Inside a pass each node plays one role:
+`row` (a tile of the output's rows, computed on chip), `rowT` (an HBM input read transposed as a
+matmul's stationary operand), `tload` (an HBM input transposed while loaded), `weight` (a matmul's
+moving operand, read from HBM, possibly through repeat/transpose), `bcast` (a vector along the free
+axis, broadcast over partitions) or `scalar` (a compile-time number). What does not fit these
+roles is cut into an earlier pass; this module never emits instructions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from axon.errors import AxonError
+from axon.ir import Graph, GraphBuilder, Node, TensorType
+from axon.ir.ops import BINARY, UNARY, NumpyMath
+from axon.lower.program import Affine
+
+
+class LoweringError(AxonError):
+    """The graph uses a shape or op combination the lowering does not support."""
+
+
+class NeedCut(Exception):
+    """Internal: the pass must materialize `node` (an id of the pass graph) in an earlier pass."""
+
+    def __init__(self, node: int) -> None:
+        super().__init__(node)
+        self.node = node
+
+
+_MATH = NumpyMath()
+
+
+@dataclass(frozen=True)
+class Weight:
+    """How a matmul's moving operand is read: `input` [.., K, N] or `transposed` from [.., N, K]."""
+
+    input: str
+    transposed: bool
+    bmap: tuple[Affine, ...]
+
+
+@dataclass
+class Roles:
+    graph: Graph
+    out_shape: tuple[int, ...]
+    role: dict[int, str] = field(default_factory=dict)
+    bmap: dict[int, tuple[Affine, ...]] = field(default_factory=dict)
+    scalar: dict[int, float] = field(default_factory=dict)
+    weight: dict[int, Weight] = field(default_factory=dict)  # matmul node id -> its moving operand
+
+    @property
+    def rows(self) -> int:
+        return self.out_shape[-2]
+
+    @property
+    def batch(self) -> tuple[int, ...]:
+        return self.out_shape[:-2]
+
+    def shape(self, nid: int) -> tuple[int, ...]:
+        return self.graph.concrete_shape(nid)
+
+
+def batch_vars(n: int) -> tuple[Affine, ...]:
+    return tuple(Affine.of(f"i_b{i}") for i in range(n))
+
+
+def scalar_value(graph: Graph, node: Node) -> float | None:
+    """The number a rank-0 node stands for, if it is a compile-time constant."""
+    if node.type.rank != 0:
+        return None
+    if node.op == "const":
+        return float(node.attr("value"))
+    if node.op == "dimsize":
+        return float(node.attr("dim").evaluate(graph.bindings))
+    args = [scalar_value(graph, graph.nodes[i]) for i in node.inputs]
+    if any(a is None for a in args):
+        return None
+    if node.op in UNARY:
+        return float(UNARY[node.op](_MATH, args[0]))
+    if node.op in BINARY:
+        return float(BINARY[node.op](_MATH, args[0], args[1]))
+    if node.op == "pow":
+        return float(args[0] ** node.attr("exponent"))
+    return None
+
+
+def classify(graph: Graph) -> Roles:
+    """Roles of the nodes of a pass graph; NeedCut names a node to materialize first."""
+    shapes = [graph.concrete_shape(o) for o in graph.outputs]
+    out = shapes[0]
+    if len(out) < 2 or any(s[:-1] != out[:-1] for s in shapes):
+        raise LoweringError(f"{graph.name}: outputs must share batch and row axes, got {shapes}")
+    roles = Roles(graph, out)
+    for o in graph.outputs:
+        _assign(roles, o, "row", batch_vars(len(out) - 2))
+    for node in reversed(graph.nodes):
+        if node.id in roles.role:
+            _visit(roles, node)
+    return roles
+
+
+def _assign(roles: Roles, nid: int, role: str, bmap: tuple[Affine, ...]) -> None:
+    old = roles.role.get(nid)
+    if old is not None and (old != role or roles.bmap.get(nid) != bmap):
+        raise NeedCut(nid) if roles.graph.nodes[nid].op != "input" else LoweringError(
+            f"{roles.graph.name}: input {roles.graph.nodes[nid].attr('name')} is used in two layouts ({old}, {role})"
+        )
+    roles.role[nid] = role
+    roles.bmap[nid] = bmap
+
+
+def _operand_bmap(bmap: tuple[Affine, ...], node_shape: tuple[int, ...], shape: tuple[int, ...]) -> tuple[Affine, ...]:
+    nb = len(shape) - 2
+    own = bmap[len(bmap) - nb :] if nb else ()
+    lead = node_shape[len(node_shape) - 2 - nb : len(node_shape) - 2]
+    return tuple(Affine.of(0) if (s == 1 and l != 1) else a for a, s, l in zip(own, shape[:nb], lead))
+
+
+def _row_operand(roles: Roles, node: Node, i: int) -> None:
+    g = roles.graph
+    src = g.nodes[i]
+    shape, nshape = g.concrete_shape(i), g.concrete_shape(node.id)
+    value = scalar_value(g, src)
+    if value is not None:
+        roles.role[i] = "scalar"
+        roles.scalar[i] = value
+        return
+    if len(shape) >= 2 and shape[-2] == nshape[-2] and shape[-2] != 1 or len(shape) >= 2 and nshape[-2] == 1 == shape[-2]:
+        _assign(roles, i, "row", _operand_bmap(roles.bmap[node.id], nshape, shape))
+        return
+    if shape and all(s == 1 for s in shape[:-1]):
+        if src.op != "input":
+            raise NeedCut(i)
+        _assign(roles, i, "bcast", ())
+        return
+    raise LoweringError(f"{g.name}: {node.op} operand of shape {list(shape)} does not broadcast over rows of {list(nshape)}")
+
+
+def _visit(roles: Roles, node: Node) -> None:
+    g, role = roles.graph, roles.role[node.id]
+    if role in ("scalar", "bcast", "rowT", "tload", "weight"):
+        return
+    op, rank = node.op, node.type.rank
+    bmap = roles.bmap[node.id]
+    if op == "input":
+        return
+    if op in UNARY or op in ("pow", "cast") or op in BINARY:
+        for i in node.inputs:
+            _row_operand(roles, node, i)
+    elif op == "reduce":
+        if node.attr("axis") != rank - 1 or not node.attr("keepdims"):
+            raise LoweringError(f"{g.name}: only reductions over the last axis with keepdims are lowered (node %{node.id})")
+        _assign(roles, node.inputs[0], "row", bmap)
+    elif op == "matmul":
+        left, right = node.inputs
+        lnode = g.nodes[left]
+        lshape = g.concrete_shape(left)
+        lbmap = _operand_bmap(bmap, g.concrete_shape(node.id), lshape)
+        if lnode.op == "transpose" and _swaps_last_two(lnode) and g.nodes[lnode.inputs[0]].op == "input":
+            _assign(roles, left, "rowT", lbmap)
+            _assign(roles, lnode.inputs[0], "rowT", lbmap)
+        elif lnode.op == "transpose":
+            raise NeedCut(lnode.inputs[0])
+        else:
+            _assign(roles, left, "row", lbmap)
+        rbmap = _operand_bmap(bmap, g.concrete_shape(node.id), g.concrete_shape(right))
+        roles.weight[node.id] = _weight(roles, right, rbmap, transposed=False)
+    elif op == "slice" or op == "concat":
+        if node.attr("axis") != rank - 1:
+            raise LoweringError(f"{g.name}: {op} is lowered along the last axis only (node %{node.id})")
+        for i in node.inputs:
+            _assign(roles, i, "row", bmap)
+    elif op == "repeat":
+        axis = node.attr("axis")
+        if axis >= rank - 2:
+            raise LoweringError(f"{g.name}: repeat is lowered along batch axes only (node %{node.id})")
+        reps = node.attr("repeats").evaluate(g.bindings)
+        sub = list(bmap)
+        sub[axis] = sub[axis].floordiv(reps)
+        _assign(roles, node.inputs[0], "row", tuple(sub))
+    elif op == "transpose":
+        src = g.nodes[node.inputs[0]]
+        if not _swaps_last_two(node) or src.op != "input":
+            raise NeedCut(node.inputs[0]) if src.op != "input" else LoweringError(
+                f"{g.name}: transpose {node.attr('axes')} is not lowered (only the last two axes)"
+            )
+        _assign(roles, node.inputs[0], "tload", bmap)
+    elif op in ("reshape",):
+        raise LoweringError(f"{g.name}: reshape inside a kernel is not lowered (node %{node.id})")
+    else:
+        raise LoweringError(f"{g.name}: op {op} is not lowered (node %{node.id})")
+
+
+def _swaps_last_two(node: Node) -> bool:
+    axes = node.attr("axes")
+    n = len(axes)
+    return tuple(axes) == tuple(range(n - 2)) + (n - 1, n - 2)
+
+
+def _weight(roles: Roles, nid: int, bmap: tuple[Affine, ...], transposed: bool) -> Weight:
+    g = roles.graph
+    node = g.nodes[nid]
+    if node.op == "input":
+        roles.role.setdefault(nid, "weight")
+        return Weight(node.attr("name"), transposed, bmap)
+    if node.op == "repeat" and node.attr("axis") < node.type.rank - 2:
+        reps = node.attr("repeats").evaluate(g.bindings)
+        sub = list(bmap)
+        sub[node.attr("axis")] = sub[node.attr("axis")].floordiv(reps)
+        return _weight(roles, node.inputs[0], tuple(sub), transposed)
+    if node.op == "transpose" and _swaps_last_two(node) and not transposed:
+        return _weight(roles, node.inputs[0], bmap, True)
+    raise NeedCut(nid)
+
+
+# cutting into passes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass: its graph, and for each of its outputs the HBM tensor it writes."""
+
+    graph: Graph
+    writes: tuple[str, ...]  # HBM tensor names, in graph.outputs order
+    origin: tuple[int, ...]  # original node id of each pass-graph node
+
+
+def materializable(graph: Graph) -> list[int]:
+    """Nodes that can be cut (everything computed that is not a compile-time scalar)."""
+    return [n.id for n in graph.nodes if n.op != "input" and scalar_value(graph, n) is None]
+
+
+def matmul_cuts(graph: Graph) -> frozenset[int]:
+    """Materialize the computed operands and results of every matmul (no fusion across matmuls)."""
+    cuts: set[int] = set()
+    for n in graph.nodes:
+        if n.op == "matmul":
+            cuts.add(n.id)
+            a = graph.nodes[n.inputs[0]]
+            if a.op not in ("input", "transpose"):
+                cuts.add(a.id)
+    return frozenset(cuts - set(graph.outputs))
+
+
+def split(graph: Graph, cuts: frozenset[int] | set[int], max_rounds: int = 64) -> tuple[list[Pass], frozenset[int]]:
+    """Passes for `cuts` (node ids materialized in HBM), adding the cuts the roles require."""
+    cuts = set(cuts) - set(graph.outputs)
+    for _ in range(max_rounds):
+        passes = _split_once(graph, cuts)
+        try:
+            for p in passes:
+                classify(p.graph)
+        except NeedCut as need:
+            for p in passes:
+                try:
+                    classify(p.graph)
+                except NeedCut as inner:
+                    cuts.add(p.origin[inner.node])
+                    break
+            continue
+        return passes, frozenset(cuts)
+    raise LoweringError(f"{graph.name}: could not cut the graph into lowerable passes")
+
+
+def scratch_name(graph: Graph, nid: int) -> str:
+    """The HBM tensor a materialized node lives in (outputs named like an input get `_out`)."""
+    if nid in graph.outputs:
+        name = graph.output_names[graph.outputs.index(nid)]
+        return f"{name}_out" if name in graph.input_names else name
+    return f"t{nid}"
+
+
+def _split_once(graph: Graph, cuts: set[int]) -> list[Pass]:
+    # outputs share one pass unless something is cut: then every materialized value is its own
+    # pass, in node order, so that a pass never reads a value computed after it
+    groups = [[c] for c in sorted(cuts | set(graph.outputs))] if cuts else [list(graph.outputs)]
+    materialized: set[int] = set(cuts) | set(graph.outputs)
+    passes = []
+    for group in groups:
+        b = GraphBuilder(graph.name, graph.bindings)
+        remap: dict[int, int] = {}
+        origin: dict[int, int] = {}
+        needed = _needed(graph, group, materialized)
+        for n in graph.nodes:
+            if n.id not in needed:
+                continue
+            if n.op == "input":
+                new = b.input(n.attr("name"), n.type)
+            elif n.id in materialized and n.id not in group:
+                new = b.input(scratch_name(graph, n.id), TensorType(n.type.shape, "float32" if n.id in cuts else n.type.dtype))
+            else:
+                new = b.copy_node(n, [remap[i] for i in n.inputs])
+            remap[n.id] = new
+            origin[new] = n.id
+        outs = [remap[o] for o in group]
+        sub = b.build(outs, [scratch_name(graph, o) for o in group])
+        from axon.ir.graph import live_nodes
+
+        kept = sorted(live_nodes(b.nodes, outs))  # build() keeps exactly these, in this order
+        passes.append(Pass(sub, tuple(scratch_name(graph, o) for o in group), tuple(origin[k] for k in kept)))
+    return passes
+
+
+def _needed(graph: Graph, group: list[int], materialized: set[int]) -> set[int]:
+    seen: set[int] = set()
+    stack = list(group)
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i in materialized and i not in group:
+            continue
+        stack.extend(graph.nodes[i].inputs)
+    return seen
+
+
+def normalize(graph: Graph) -> Graph:
+    """Undo split-tile reductions: reshape [.., R, A*B] -> [.., R, A, B], reduce B, reduce A, reshape
+    [.., R, 1] becomes one free-axis reduction (same kind). The lowering tiles every reduction over the
+    free axis inside one instruction anyway; anything else with a reshape stays unsupported."""
+    subst: dict[int, tuple[int, str]] = {}
+    nodes = graph.nodes
+    for r2 in nodes:
+        if r2.op != "reshape":
+            continue
+        red2 = nodes[r2.inputs[0]]
+        if red2.op != "reduce" or red2.attr("axis") != red2.type.rank - 2 or not red2.attr("keepdims"):
+            continue
+        red1 = nodes[red2.inputs[0]]
+        if red1.op != "reduce" or red1.attr("kind") != red2.attr("kind") or red1.attr("axis") != red1.type.rank - 1:
+            continue
+        r1 = nodes[red1.inputs[0]]
+        if r1.op != "reshape":
+            continue
+        src = nodes[r1.inputs[0]]
+        s_src, s_out = graph.concrete_shape(src.id), graph.concrete_shape(r2.id)
+        if s_src[:-1] == s_out[:-1] and s_out[-1] == 1 and graph.concrete_shape(r1.id)[:-2] == s_src[:-1]:
+            subst[r2.id] = (src.id, red1.attr("kind"))
+    if not subst:
+        return graph
+    b = GraphBuilder(graph.name, graph.bindings)
+    remap: dict[int, int] = {}
+    for n in nodes:
+        if n.id in subst:
+            src, kind = subst[n.id]
+            remap[n.id] = b.add("reduce", [remap[src]], n.where, kind=kind, axis=n.type.rank - 1, keepdims=True)
+        else:
+            remap[n.id] = b.copy_node(n, [remap[i] for i in n.inputs])
+    return b.build([remap[o] for o in graph.outputs], graph.output_names)
