@@ -105,8 +105,14 @@ class NeuronBackend:
     @staticmethod
     def available() -> str | None:
         """None when usable, else the reason it is not."""
-        if importlib.util.find_spec("neuronxcc") is None:
-            return "the Neuron SDK (neuronxcc) is not installed"
+        try:
+            spec = importlib.util.find_spec("neuronxcc")
+        except ValueError:  # a module object without a spec, e.g. the emulator's import shim
+            spec = None
+        origin = getattr(spec, "origin", None) or ""
+        axon_dir = str(Path(__file__).resolve().parents[1])
+        if spec is None or not origin or str(Path(origin).resolve()).startswith(axon_dir):
+            return "the Neuron SDK (neuronxcc) is not installed (only Axon's emulator shim is)"
         if shutil.which("neuron-ls") is None or not Path("/dev/neuron0").exists():
             return "no Neuron device found (/dev/neuron0)"
         return None
