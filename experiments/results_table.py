@@ -53,6 +53,9 @@ class UnfusedProblem(LoweredProblem):
     def mutate(self, point, rng):
         return self._pin(super().mutate(point, rng))
 
+    def default_point(self, index=0):
+        return self.unfused_point(index)
+
     def distributions(self):
         d = super().distributions()
         from optuna.distributions import CategoricalDistribution
@@ -97,7 +100,7 @@ def ratio(a, b):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=48)
+    ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hw", default="trn1,trn2")
     ap.add_argument("--workloads", default="")

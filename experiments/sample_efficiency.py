@@ -70,17 +70,43 @@ def problem_for(name: str, hw, dims: dict | None = None) -> LoweredProblem:
 
 
 def run_one(problem, backend, sampler: str, seed: int, trials: int, model: CostModel | None = None) -> list[float]:
+    """Best-so-far latency after each of the first `trials` measurements.
+
+    The budget counts measurements, not Optuna trials: TPE and random propose infeasible points
+    (told to Optuna as failed, no measurement), so they get up to 4x the trials to make `trials`
+    measurements; the cost-model sampler only proposes points that lower."""
     with tempfile.TemporaryDirectory() as tmp:
         db = RecordDB(Path(tmp) / "records.db")
-        tuner = Tuner(problem, backend, db, TuneConfig(trials=trials, sampler=sampler, seed=seed), storage=None,
-                      model=model or CostModel(seed=seed))
-        result = tuner.run()
+        asks = trials if sampler == "costmodel" else 4 * trials
+        tuner = Tuner(problem, backend, db, TuneConfig(trials=asks, sampler=sampler, seed=seed), storage=None,
+                      model=model or CostModel(seed=seed), on_trial=_stop_after(trials))
+        try:
+            result = tuner.run()
+            logs = result.trials
+        except _Enough as done:
+            logs = done.logs
     curve, best = [], float("inf")
-    for log in result.trials:
+    for log in logs:
         if log.status in ("measured", "reused"):
             best = min(best, log.latency_ns)
             curve.append(best)
-    return curve
+    return curve[:trials]
+
+
+class _Enough(Exception):
+    def __init__(self, logs):
+        self.logs = logs
+
+
+def _stop_after(measurements: int):
+    logs = []
+
+    def hook(log):
+        logs.append(log)
+        if sum(1 for l in logs if l.status in ("measured", "reused")) >= measurements:
+            raise _Enough(list(logs))
+
+    return hook
 
 
 def to_within(curve: list[float], target: float, budget: int) -> int:
@@ -130,6 +156,7 @@ def main() -> None:
             Tuner(problem_for("rmsnorm_matmul", hw, dims), backend, db, TuneConfig(trials=args.trials, sampler="random", seed=100 + i)).run()
         model = CostModel(seed=0)
         model.fit(db.records(), holdout=0.0)
+        model.freeze()  # the held-out run adds trees on top of what the other shapes taught
         held_out = problem_for("rmsnorm_matmul", hw)
         curve = run_one(held_out, backend, "costmodel", 0, 16, model=model)
     best_rmm = min(min(c) for s in SAMPLERS for c in curves.get("rmsnorm_matmul", {}).get(s, [[float("inf")]]))

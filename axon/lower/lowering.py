@@ -42,7 +42,7 @@ class Rejected(AxonError):
 
 KNOB_DEFAULTS: dict[str, Any] = dict(
     fusion="fused", tile_m=128, m_block=1, tile_n=512, tile_k=128, bufs=1, transpose="pe",
-    weights="stream", evac="vector", psum_bufs=1,
+    weights="stream", evac="vector", psum_bufs=1, loop_order="nk",
 )
 
 ALU = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply", "div": "nl.divide",
@@ -150,6 +150,9 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
         for name, o in zip(p.writes, p.graph.outputs):
             if _is_scratch(name):
                 scratch.append(Tensor(name, "hbm", p.graph.concrete_shape(o), "float32", "scratch"))
+    if knobs.get("loop_order", "nk") != "nk" and not _has_loop(body, "n_group"):
+        raise Rejected(f"loop_order: {knobs['loop_order']} applies to no matmul here (no N in whole groups of "
+                       f"{knobs['loop_order'][2:]} tiles of tile_n)")
     mem = hw.memory
     if sbuf_peak > mem.sbuf_bytes_per_partition:
         raise Rejected(f"sbuf: {sbuf_peak} bytes per partition needed, {mem.sbuf_bytes_per_partition} available")
@@ -168,6 +171,10 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
                        tuple(graph.output_names))
     object.__setattr__(prog, "point", {**knobs, "_sbuf_peak": sbuf_peak, "_psum_banks": psum_peak})
     return prog
+
+
+def _has_loop(stmts: Any, name: str) -> bool:
+    return any(isinstance(s, Loop) and (s.name == name or _has_loop(s.body, name)) for s in stmts)
 
 
 def _share_buffers(stmts: list[Stmt], allocs: list[Tensor], kernel: list[Tensor]) -> list[Stmt]:

@@ -10,6 +10,8 @@ The first K tile is peeled so that it starts the accumulation group (`accumulate
 
 from __future__ import annotations
 
+from typing import Callable
+
 from axon.ir import Node
 from axon.lower.elementwise import new_view, out_dtype
 from axon.lower.lowering import PMAX, Rejected, _State, for_j, hbm_ref, j_off, rows_expr
@@ -122,9 +124,15 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
     tn = min(int(st.knobs["tile_n"]), n, BANK)
     kind, res = st.wplan[node.id]
     bufs = max(1, int(st.knobs["bufs"]))
-    wt = st.tile(f"{w.input}_tile", tk, bufs * tn, wdt) if kind == "stream" else None
     pbufs = max(1, int(st.knobs.get("psum_bufs", 1)))
-    ntiles = pbufs * mb
+    order = str(st.knobs.get("loop_order", "nk"))
+    group = 1 if order == "nk" else int(order[2:])
+    nfull, tail = divmod(n, tn)
+    if group > 1 and (tail or nfull % group):
+        group = 1  # this matmul keeps n-outer order; `lower` rejects the point if no matmul could take it
+    ntiles = pbufs * mb * group
+    # streamed moving tiles: `bufs` rotating buffers, each one n tile wide (or one group wide under K-outer order)
+    wt = st.tile(f"{w.input}_tile", tk, bufs * group * tn, wdt) if kind == "stream" else None
     ps = st.tile(f"t{node.id}_psum", tm, BANK, "float32", "psum", tiles=ntiles if ntiles > 1 else 0)
     from axon.lower.fused import fusable_evacuation, prepare_group
 
@@ -143,8 +151,10 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
         view = new_view(st, node)
     w_shape = g.concrete_shape(g.input(w.input).id)
 
-    def ps_ref(nvar: Expr, j: Expr, width: int) -> Ref:
-        """Accumulator of row tile j for this n tile: one PSUM bank each (rotating over psum_bufs)."""
+    def ps_ref(nvar: Expr, j: Expr, width: int, gi: Expr | None = None) -> Ref:
+        """Accumulator of row tile j for this n tile: one PSUM bank each (rotating over psum_bufs).
+
+        Under K-outer order `nvar` is the rotation index (the n group) and `gi` the n tile in it."""
         if ntiles == 1:
             return tile_ref(ps.name, 0, tm, 0, width)
         idx = Expr.of(0)
@@ -152,63 +162,95 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
             lin = Affine()
             for part in nvar.parts:
                 lin = lin + part
-            idx = Expr.of(lin.modulo(pbufs, mb))
+            idx = Expr.of(lin.modulo(pbufs, mb * group))
+        if gi is not None:
+            idx = idx + _scale(gi, mb)
         idx = idx + j
         return Ref(ps.name, ((idx, None), (Expr.of(0), tm), (Expr.of(0), width)))
+
+    def rotation(nvar: Expr, kt: Expr, width: int) -> Expr:
+        if bufs == 1:
+            return Expr.of(0)
+        lin = Affine()
+        for part in _scale(nvar, nk).parts + kt.parts:
+            lin = lin + part
+        return Expr.of(lin.modulo(bufs, width))
+
+    def matmuls(acc: Callable[[Expr], Ref], moving: Ref, kt: Expr, first: bool) -> list[Stmt]:
+        def mm(j: Expr) -> list[Stmt]:
+            stationary = tile_ref(aT, 0, tk, j_off(j, nk * tm) + _scale(kt, tm), tm)
+            return [Instr("nc_matmul", "tensor", acc(j),
+                          (("stationary", stationary), ("moving", moving), ("accumulate", not first)))]
+
+        return for_j(st, mm)
 
     def k_step(n0: Expr, width: int, kt: Expr, nvar: Expr, first: bool) -> list[Stmt]:
         stmts: list[Stmt] = []
         if kind == "stream":
-            rot = Expr.of(0)
-            if bufs > 1:
-                lin = Affine()
-                for part in _scale(nvar, nk).parts + kt.parts:
-                    lin = lin + part
-                rot = Expr.of(lin.modulo(bufs, tn))
-            moving = tile_ref(wt.name, 0, tk, rot, width)
+            moving = tile_ref(wt.name, 0, tk, rotation(nvar, kt, tn), width)
             src = hbm_ref(st, w.input, w.bmap, _scale(kt, tk), tk, n0, width, w_shape)
             stmts.append(Instr("dma_copy", "dma", moving, (("src", src),), f"{w.input} tile"))
         else:
             moving = tile_ref(res, 0, tk, _scale(kt, n) + n0, width)
+        return stmts + matmuls(lambda j: ps_ref(nvar, j, width), moving, kt, first)
 
-        def mm(j: Expr) -> list[Stmt]:
-            stationary = tile_ref(aT, 0, tk, j_off(j, nk * tm) + _scale(kt, tm), tm)
-            return [Instr("nc_matmul", "tensor", ps_ref(nvar, j, width),
-                          (("stationary", stationary), ("moving", moving), ("accumulate", not first)))]
-
-        return stmts + for_j(st, mm)
+    def evac(src: Ref, n0: Expr, width: int, j: Expr) -> list[Stmt]:
+        if group_emit is not None:  # PSUM evacuated by the consumer's own first instruction
+            return group_emit(j, (n0, width), {node.id: src})
+        if direct:
+            dst = tile_ref(stage.name, 0, tm, 0, width)
+        else:
+            dst = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + n0, width)
+        if st.knobs["evac"] == "scalar":
+            ins = Instr("activation", "scalar", dst, (("op", "nl.copy"), ("data", src)), "evacuate PSUM")
+        else:
+            ins = Instr("tensor_copy", "vector", dst, (("src", src),), "evacuate PSUM")
+        stmts: list[Stmt] = [ins]
+        if direct:
+            hdst = hbm_ref(st, name, st.roles.bmap[node.id], rows_expr(st, j), tm, n0, width, g.concrete_shape(node.id))
+            stmts.append(Instr("dma_copy", "dma", hdst, (("src", dst),), f"store {name}"))
+        return stmts
 
     def n_body(n0: Expr, width: int, nvar: Expr) -> list[Stmt]:
         stmts = k_step(n0, width, Expr.of(0), nvar, True)
         if nk > 1:
             kvar = Expr.of(Affine.of("i_k")) + 1
             stmts.append(Loop("i_k", nk - 1, tuple(k_step(n0, width, kvar, nvar, False)), "contraction"))
+        return stmts + for_j(st, lambda j: evac(ps_ref(nvar, j, width), n0, width, j))
 
-        def evac(j: Expr) -> list[Stmt]:
-            src = ps_ref(nvar, j, width)
-            if group_emit is not None:  # PSUM evacuated by the consumer's own first instruction
-                return group_emit(j, (n0, width), {node.id: src})
-            dst = tile_ref(stage.name, 0, tm, 0, width) if direct else view.ref(j, tm, 0, width)
-            if not direct:
-                dst = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + n0, width)
-            if st.knobs["evac"] == "scalar":
-                ins = Instr("activation", "scalar", dst, (("op", "nl.copy"), ("data", src)), "evacuate PSUM")
+    def group_body(gvar: Expr) -> list[Stmt]:
+        """K outer, n inner: `group` n tiles accumulate at once; one DMA brings the group's moving block."""
+        gn0 = _scale(gvar, group * tn)
+        gi = Expr.of(Affine.of("i_n"))
+
+        def k_group(kt: Expr, first: bool) -> list[Stmt]:
+            stmts: list[Stmt] = []
+            if kind == "stream":
+                rot = rotation(gvar, kt, group * tn)
+                src = hbm_ref(st, w.input, w.bmap, _scale(kt, tk), tk, gn0, group * tn, w_shape)
+                stmts.append(Instr("dma_copy", "dma", tile_ref(wt.name, 0, tk, rot, group * tn), (("src", src),),
+                                   f"{w.input} block of {group} n tiles"))
+                moving = tile_ref(wt.name, 0, tk, rot + _scale(gi, tn), tn)
             else:
-                ins = Instr("tensor_copy", "vector", dst, (("src", src),), "evacuate PSUM")
-            stmts2: list[Stmt] = [ins]
-            if direct:
-                hdst = hbm_ref(st, name, st.roles.bmap[node.id], rows_expr(st, j), tm, n0, width, g.concrete_shape(node.id))
-                stmts2.append(Instr("dma_copy", "dma", hdst, (("src", dst),), f"store {name}"))
-            return stmts2
+                moving = tile_ref(res, 0, tk, _scale(kt, n) + gn0 + _scale(gi, tn), tn)
+            inner = matmuls(lambda j: ps_ref(gvar, j, tn, gi), moving, kt, first)
+            return stmts + [Loop("i_n", group, tuple(inner), "n_in_group")]
 
-        return stmts + for_j(st, evac)
+        stmts = k_group(Expr.of(0), True)
+        if nk > 1:
+            stmts.append(Loop("i_k", nk - 1, tuple(k_group(Expr.of(Affine.of("i_k")) + 1, False)), "contraction"))
+        n0 = gn0 + _scale(gi, tn)
+        ev = for_j(st, lambda j: evac(ps_ref(gvar, j, tn, gi), n0, tn, j))
+        return stmts + [Loop("i_n", group, tuple(ev), "n_in_group")]
 
-    nfull, tail = divmod(n, tn)
-    nv = Expr.of(Affine.of("i_n"))
-    if nfull:
-        out.append(Loop("i_n", nfull, tuple(n_body(Expr.of(Affine.of("i_n") * tn), tn, nv)), "n_tile"))
-    if tail:
-        out.extend(n_body(Expr.of(nfull * tn), tail, Expr.of(nfull)))
+    if group > 1:
+        out.append(Loop("i_g", nfull // group, tuple(group_body(Expr.of(Affine.of("i_g")))), "n_group"))
+    else:
+        nv = Expr.of(Affine.of("i_n"))
+        if nfull:
+            out.append(Loop("i_n", nfull, tuple(n_body(Expr.of(Affine.of("i_n") * tn), tn, nv)), "n_tile"))
+        if tail:
+            out.extend(n_body(Expr.of(nfull * tn), tail, Expr.of(nfull)))
     if group_emit is not None:
         st.__dict__.setdefault("pool", []).extend(group_emit.borrowed)
     return out

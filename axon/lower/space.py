@@ -4,12 +4,14 @@ Knobs (each a name and a tuple of choices, so Optuna can sample them):
 `fusion` (which intermediates stay on chip: all, all but matmul boundaries, none), `tile_m`
 (partitions per row tile), `m_block` (row tiles sharing each moving tile: M-blocking), `tile_n`
 (moving free size), `tile_k` (contraction tile), `bufs` (rotating buffers for DMA'd tiles),
-`psum_bufs` (PSUM accumulators per row tile), `transpose` (stationary operands transposed on TensorE
+`psum_bufs` (PSUM accumulators per row tile), `loop_order` (`nk`: each n tile runs its whole
+contraction before the next; `kn2`/`kn4`: K outer over a group of 2 or 4 n tiles that accumulate at once
+in separate PSUM banks, their moving tiles brought by one DMA per K tile), `transpose` (stationary operands transposed on TensorE
 or by DMA; inputs already laid out [K, M] need neither), `weights` (moving operands streamed per tile
 or resident in SBUF per batch), `evac` (PSUM evacuated by VectorE or ScalarE), and `isel.<group>`
 (the verified instruction alternatives of each fused elementwise group). Knobs that cannot matter
 for a graph (tile_n without a matmul) are left out. The default point is the documented heuristic:
-fused, largest legal tiles, no blocking, single buffers, TensorE transposes, streamed weights.
+fused, largest legal tiles, no blocking, n-outer loop order, single buffers, TensorE transposes, streamed weights.
 It does not time anything; the tuner ranks points.
 """
 
@@ -86,7 +88,7 @@ class Space:
         if has_mm:
             knobs += [Knob("tile_n", (hw.tensor_engine.moving_fmax, 256, 128)),
                       Knob("tile_k", (hw.tensor_engine.rows, hw.tensor_engine.rows // 2)),
-                      Knob("psum_bufs", (1, 2)), Knob("weights", ("stream", "resident")), Knob("evac", ("vector", "scalar"))]
+                      Knob("psum_bufs", (1, 2)), Knob("loop_order", ("nk", "kn2", "kn4")), Knob("weights", ("stream", "resident")), Knob("evac", ("vector", "scalar"))]
         if needs_transpose:
             knobs.append(Knob("transpose", ("pe", "dma")))
         self.isel = dict(isel) if isel is not None else self._isel_choices()

@@ -80,6 +80,10 @@ class Machine:
         self.num_programs: tuple[int, ...] = ()
         self._token: contextvars.Token[Machine | None] | None = None
         self.capacity = {"sbuf": hw.memory.sbuf_bytes_per_partition, "psum": hw.memory.psum_bytes_per_partition}
+        # Trace mode only: top-level loops run at most this many iterations, or as many as
+        # `loop_limit(trip_count)` says (their Loop records keep the true trip count); `axon.measure`
+        # extrapolates the timing of the rest. None: run all.
+        self.loop_limit: Any = None
 
     # ---- activation ----------------------------------------------------------------------------
     def __enter__(self) -> "Machine":
@@ -160,6 +164,9 @@ class Machine:
             self._loop_ids[key] = lid
             self.loops.append(Loop(lid, kind, len(r), line, parent))
         outer = self.loop_stack
+        if self.loop_limit is not None and not outer and not self.execute:
+            keep = self.loop_limit(len(r)) if callable(self.loop_limit) else self.loop_limit
+            r = r[: max(1, keep)]
         try:
             for it, value in enumerate(r):
                 self.loop_stack = outer + ((lid, kind, it),)
@@ -289,4 +296,5 @@ class Machine:
         return Trace(self.kernel, self.file, self.hw.name, tuple(self.instrs), tuple(self.allocs), tuple(self.loops),
                      outputs, {"mode": "execute" if self.execute else "trace",
                                "peak_sbuf_bytes_per_partition": self.peak_bytes["sbuf"],
-                               "peak_psum_bytes_per_partition": self.peak_bytes["psum"]})
+                               "peak_psum_bytes_per_partition": self.peak_bytes["psum"],
+                               "loop_limit": self.loop_limit if isinstance(self.loop_limit, int) else None})

@@ -161,11 +161,12 @@ def _spec(x: Any) -> tuple[tuple[int, ...], np.dtype, np.ndarray | None]:
 
 
 def _execute(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], hw: str | HardwareSpec,
-             execute: bool) -> tuple[Machine, Any]:
+             execute: bool, loop_limit: Any = None) -> tuple[Machine, Any]:
     fn, grid = _resolve(kernel)
     code = getattr(fn, "__code__", None)
     file = code.co_filename if code is not None else "<kernel>"
     machine = Machine(_hw(hw), execute, getattr(fn, "__name__", "kernel"), file)
+    machine.loop_limit = loop_limit
     try:
         params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):  # pragma: no cover
@@ -261,10 +262,14 @@ def run_with_trace(kernel: Any, *arrays: Any, hw: str | HardwareSpec = "trn1", *
     return (outs[0] if len(outs) == 1 else outs), machine.to_trace(tuple(v.alloc.id for v in views))
 
 
-def trace(kernel: Any, *arrays_or_specs: Any, hw: str | HardwareSpec = "trn1", **kwargs: Any) -> Trace:
+def trace(kernel: Any, *arrays_or_specs: Any, hw: str | HardwareSpec = "trn1", loop_limit: Any = None,
+          **kwargs: Any) -> Trace:
     """Run `kernel` on shapes only and return the instruction `Trace` (no arrays allocated).
 
-    Inputs are arrays, `(shape, dtype)` pairs or objects with `.shape` and `.dtype`.
+    Inputs are arrays, `(shape, dtype)` pairs or objects with `.shape` and `.dtype`. With
+    `loop_limit` (an int, or a function of the trip count), each top-level loop runs only its first
+    iterations (the trace's loop records keep the full trip counts): a partial trace, for timing
+    extrapolation.
 
     >>> import axon.nki
     >>> axon.nki.install_import_shim()
@@ -278,5 +283,5 @@ def trace(kernel: Any, *arrays_or_specs: Any, hw: str | HardwareSpec = "trn1", *
     >>> axon.nki.trace(copy, ((128, 512), "bfloat16")).count()
     {'dma_copy': 2}
     """
-    machine, result = _execute(kernel, arrays_or_specs, kwargs, hw, execute=False)
+    machine, result = _execute(kernel, arrays_or_specs, kwargs, hw, execute=False, loop_limit=loop_limit)
     return machine.to_trace(tuple(v.alloc.id for v in _outputs(machine, result)))

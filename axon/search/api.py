@@ -126,7 +126,8 @@ def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: fl
     """Execute the kernel of `point` in the emulator against the float64 reference.
 
     At the tuned shape when it is small enough, otherwise at a reduced shape (each dimension cut to
-    at most 512) with the same point, so the same tiling code runs on real numbers.
+    at most 512, 1024 or 2048: the first at which the point lowers) with the same point, so the same
+    tiling code runs on real numbers.
     """
     from axon import nki
     from axon.ir import random_inputs
@@ -134,10 +135,19 @@ def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: fl
     graph = problem.graph
     dims = dict(graph.bindings)
     if flops(graph) > max_flops:
-        dims = {k: min(v, 512) for k, v in dims.items()}
-        graph = graph.bind(**dims)
-        problem = LoweredProblem(problem.workload, graph, problem.hw,
-                                 [_rebind(v, dims) for v in problem.variants], problem.dtype)
+        # the smallest reduced shape at which the same point lowers (a point may need, e.g., two
+        # n tiles per group); the tuned shape itself if none does
+        full = (problem, graph, dims)
+        for cap in (512, 1024, 2048):
+            small = {k: min(v, cap) for k, v in dims.items()}
+            g = graph.bind(**small)
+            p = LoweredProblem(problem.workload, g, problem.hw, [_rebind(v, small) for v in problem.variants], problem.dtype)
+            reason = p.validate(point)
+            if reason is None:
+                problem, graph, dims = p, g, small
+                break
+        else:
+            problem, graph, dims = full
     reason = problem.validate(point)
     if reason is not None:
         raise AxonError(f"the best point cannot be checked at {dims}: {reason}")

@@ -101,6 +101,17 @@ class CostModel:
     def is_trained(self) -> bool:
         return self.booster is not None or self.base_booster is not None
 
+    @property
+    def pretrained(self) -> bool:
+        """Trained on other records before this run (a loaded or frozen model)."""
+        return self.base_booster is not None
+
+    def freeze(self) -> "CostModel":
+        """Make the current model the warm start: later `fit` calls add trees on top of it."""
+        if self.booster is not None:
+            self.base_booster, self.booster = self.booster, None
+        return self
+
     # features ------------------------------------------------------------------------------------
     def _matrix(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
         names = self.feature_names

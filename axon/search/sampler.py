@@ -3,7 +3,8 @@
 Each ask builds a pool of candidates (random points of the space and mutations of the best
 measured ones), drops invalid and already-measured points, scores the rest with the cost model and
 proposes the best predicted; a small share of asks is random so the model keeps learning where it
-is wrong. The space is any object implementing `CandidateSpace`; the sampler knows nothing of NKI.
+is wrong. While a task has few measurements the scores lean on an analytic prior (the program's
+estimated lower bound, a feature), so the first proposals are not random. The space is any object implementing `CandidateSpace`; the sampler knows nothing of NKI.
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ class CostModelSampler(BaseSampler):
         space: CandidateSpace,
         model: CostModel,
         features: Callable[[Point], Mapping[str, float]],
-        pool_size: int = 256,
-        n_mutations: int = 128,
+        pool_size: int = 128,
+        n_mutations: int = 64,
         epsilon: float = 0.05,
         n_startup: int = 4,
         seed: int = 0,
         measured: Callable[[Point], bool] | None = None,
+        prior: str | None = "bound_log",
+        prior_records: float = 8.0,
     ) -> None:
         self.space, self.model, self.features = space, model, features
         self.pool_size, self.n_mutations, self.epsilon, self.n_startup = pool_size, n_mutations, epsilon, n_startup
@@ -61,11 +64,13 @@ class CostModelSampler(BaseSampler):
         self._rng = np.random.default_rng(seed)
         self._fallback = RandomSampler(seed=seed)
         self._measured_hook = measured
+        self.prior, self.prior_records = prior, prior_records
         self.last_prediction: float | None = None
 
     def settings(self) -> dict[str, Any]:
         return {"sampler": "costmodel", "pool_size": self.pool_size, "n_mutations": self.n_mutations,
-                "epsilon": self.epsilon, "n_startup": self.n_startup, "seed": self.seed}
+                "epsilon": self.epsilon, "n_startup": self.n_startup, "seed": self.seed, "prior": self.prior or "",
+                "prior_records": self.prior_records}
 
     def reseed_rng(self) -> None:  # called by Optuna for n_jobs > 1
         self._rng = np.random.default_rng(self._rng.integers(2**32))
@@ -99,24 +104,48 @@ class CostModelSampler(BaseSampler):
         seen, done = self._seen(study)
         seen.discard(point_key(trial.params)) if trial.params else None
         self.last_prediction = None
-        explore = len(done) < self.n_startup or not self.model.is_trained or self._rng.random() < self.epsilon
+        startup = len(done) < self.n_startup and not self.model.pretrained  # a pretrained model needs no warm-up
+        use_model = self.model.is_trained and not startup
+        explore = self._rng.random() < self.epsilon or not (use_model or self.prior)
         if not explore:
             pool: dict[str, Point] = {}
             for _ in range(self.pool_size):
                 p = self.space.sample(self._rng)
                 pool.setdefault(point_key(p), p)
-            elite = [p for _, p in done[: max(1, min(8, len(done)))]]
-            for i in range(self.n_mutations):
+            elite = [p for _, p in done[:8]]
+            for i in range(self.n_mutations if elite else 0):
                 p = self.space.mutate(elite[i % len(elite)], self._rng)
                 pool.setdefault(point_key(p), p)
             cands = [p for k, p in pool.items() if k not in seen and self.space.validate(p) is None and not self._was_measured(p)]
             if cands:
-                scores = self.model.predict([self.features(p) for p in cands])
+                feats = [self.features(p) for p in cands]
+                scores = self._scores(feats, len(done), use_model)
                 best = int(np.argmax(scores))
                 self.last_prediction = float(scores[best])
                 return cands[best]
         p = self._random_valid(seen)
         return p if p is not None else {}
+
+    def _scores(self, feats: list[Mapping[str, float]], n_done: int, use_model: bool) -> np.ndarray:
+        """The model's scores, blended with the analytic prior while the task has few measurements.
+
+        The prior ranks by the lower bound the features estimate from the program (`bound_log`:
+        the busiest engine or the DMA time); its weight is prior_records / (prior_records + n) for a
+        model trained from scratch, nothing for a pretrained one, everything before any model."""
+
+        def z(x: np.ndarray) -> np.ndarray:
+            sd = float(x.std())
+            return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+
+        have_prior = bool(self.prior) and all(self.prior in f for f in feats)
+        prior = -np.array([f[self.prior] for f in feats]) if have_prior else None  # type: ignore[index]
+        if not use_model:
+            return prior if prior is not None else np.zeros(len(feats))
+        model = np.asarray(self.model.predict(feats), dtype=float)
+        if prior is None or self.model.pretrained:
+            return model
+        w = self.prior_records / (self.prior_records + n_done)
+        return (1 - w) * z(model) + w * z(prior)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution) -> Any:
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)

@@ -411,8 +411,24 @@ def _link(pieces: list[_Piece], sols: list[list[Step]]) -> list[Step]:
 # ---- forming groups from a graph ----------------------------------------------------------------
 
 
+_GROUPS: dict[Graph, list[FusedGroup]] = {}
+
+
 def fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None = None) -> list[FusedGroup]:
-    """Maximal elementwise groups (a reduction ends its group; [P, 1] and full-tile chains apart)."""
+    """Maximal elementwise groups (a reduction ends its group; [P, 1] and full-tile chains apart).
+
+    A pure function of the (immutable) graph: memoized, since lowering asks for every point."""
+    if row_kinds is not None:
+        return _fused_groups(graph, row_kinds)
+    found = _GROUPS.get(graph)
+    if found is None:
+        if len(_GROUPS) > 512:
+            _GROUPS.clear()
+        found = _GROUPS[graph] = _fused_groups(graph, None)
+    return list(found)
+
+
+def _fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None) -> list[FusedGroup]:
     from axon.lower.passes import classify, scalar_value
 
     roles = classify(graph)

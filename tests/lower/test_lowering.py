@@ -157,3 +157,28 @@ def test_default_point_of_every_variant_matches_reference(name, dtype):
     assert variants
     for v in variants:
         _check(v, Space(v, HW, isel={}).default_point(), dtype)
+
+
+@pytest.mark.parametrize("name,dims,extra,order", [
+    ("rmsnorm_matmul", dict(N=2048), {}, "kn2"),
+    ("rmsnorm_matmul", dict(N=2048), {}, "kn4"),
+    ("matmul", dict(N=2048), {"weights": "resident"}, "kn2"),
+    ("matmul", dict(N=2048), {"weights": "resident"}, "kn4"),
+    # two matmuls of a group share the 8 PSUM banks: kn4 does not fit swiglu
+    ("swiglu", dict(F=1024), {"bufs": 1, "psum_bufs": 1, "tile_n": 128}, "kn2"),
+])
+def test_k_outer_loop_order_matches_reference(name, dims, extra, order):
+    """K outer over a group of n tiles: one PSUM bank per n tile, one DMA per K tile for the group."""
+    graph = get(name).graph("small", **dims)
+    space = Space(graph, HW)
+    point = Point.of({**space.default_point().as_dict(), **extra, "loop_order": order})
+    assert space.validate(point) is None, space.validate(point)
+    prog, src = _check(graph, point, "float32")
+    assert "n_group" in src and "n_in_group" in src
+
+
+def test_loop_order_that_applies_to_no_matmul_is_rejected():
+    graph = get("attention").graph("small")
+    space = Space(graph, HW)
+    reason = space.validate({**space.default_point().as_dict(), "loop_order": "kn4"})
+    assert reason is not None and reason.startswith("loop_order:")

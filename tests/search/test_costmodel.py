@@ -70,3 +70,13 @@ def test_untrained_and_bad_files():
         CostModel().save("/tmp/never.json")
     with pytest.raises(StoreError, match="not found"):
         CostModel.load("/nonexistent/model.json")
+
+
+def test_freeze_makes_the_model_a_warm_start():
+    model = CostModel(rounds=20)
+    assert not model.pretrained
+    model.fit(_records(128, 60, 0), holdout=0.0)
+    before = model.predict([r.features for r in _records(128, 5, 3)])
+    model.freeze()
+    assert model.pretrained and model.is_trained
+    assert np.allclose(model.predict([r.features for r in _records(128, 5, 3)]), before)

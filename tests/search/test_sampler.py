@@ -91,3 +91,19 @@ def test_costmodel_sampler_proposes_distinct_valid_points():
         records.append(Record("toy", {}, "float32", "trn1", "h", "sim", "v", dict(t.params), hashlib.sha256(key.encode()).hexdigest(), features(dict(t.params)), lat, "ok"))
         model.fit(records, holdout=0.0)
         study.tell(t, lat)
+
+
+def test_pretrained_model_skips_the_random_start():
+    """With a model trained before the run, the first ask is already the model's choice."""
+    space = ToySpace()
+    records = []
+    for i, p in enumerate(space.sample(np.random.default_rng(s)) for s in range(40)):
+        if space.validate(p) is None:
+            records.append(Record("toy", {}, "float32", "trn1", "h", "sim", "v", p, f"{i:08x}", features(p), latency(p), "ok"))
+    model = CostModel(rounds=30)
+    model.fit(records, holdout=0.0)
+    model.freeze()
+    sampler = CostModelSampler(space, model, features, seed=0, epsilon=0.0)
+    study = optuna.create_study(sampler=sampler)
+    trial = study.ask(space.distributions())
+    assert sampler.last_prediction is not None  # scored by the model, not a random warm-up point
