@@ -69,10 +69,12 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def row_for(w, hw_name: str, trials: int, seed: int, work: Path) -> dict:
+def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bool = False) -> dict:
     cache = work / "rows" / f"{w.name}_{hw_name}_{trials}_{seed}.json"
     if cache.exists():
         return json.loads(cache.read_text())
+    if cached_only:
+        raise LookupError("not measured yet (--cached-only)")
     start = time.perf_counter()
     report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=work, track=False, study=f"table:{w.name}:{hw_name}:{seed}")
     tuning_s = time.perf_counter() - start
@@ -104,6 +106,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hw", default="trn1,trn2")
     ap.add_argument("--workloads", default="")
+    ap.add_argument("--cached-only", action="store_true", help="write the table from the rows already measured")
     args = ap.parse_args()
     work = RESULTS / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -112,7 +115,7 @@ def main() -> None:
     for hw_name in args.hw.split(","):
         for w in chosen:
             try:
-                rows.append(row_for(w, hw_name, args.trials, args.seed, work))
+                rows.append(row_for(w, hw_name, args.trials, args.seed, work, args.cached_only))
             except Exception as exc:  # one failing workload must not hide the rest of the table
                 rows.append({"workload": w.name, "kind": w.kind, "hw": hw_name, "error": f"{type(exc).__name__}: {exc}"})
             r = rows[-1]
@@ -149,6 +152,9 @@ def write_table(rows, args) -> None:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r["hw"] != hw_name:
+                continue
+            if "error" in r and r["error"].startswith("LookupError"):
+                lines.append(f"| {r['workload']} | {r['kind']} | not measured yet |" + " |" * 10)
                 continue
             if "error" in r:
                 lines.append(f"| {r['workload']} | {r['kind']} | failed: {r['error'][:120]} |" + " |" * 10)
