@@ -78,12 +78,30 @@ def ui(workdir: str | None, port: int) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_ui(proc)
+
+
+def stop_ui(proc: subprocess.Popen) -> None:
+    """Stop the MLflow server and everything it started (uvicorn, job runners): its whole session.
+
+    Signalling only the `mlflow server` process leaves its uvicorn worker holding the port."""
+    import os
+    import signal
+
+    for sig, grace in ((signal.SIGINT, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the server is gone; its children may linger a moment
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
 
 
 @click.command()

@@ -68,7 +68,7 @@ def test_axon_runs_lists_runs_and_errors_without_store(tmp_path):
 @pytest.mark.slow
 def test_workers_on_one_study_record_into_one_tracking_server(tmp_path):
     """Two `axon tune` workers share an Optuna journal study and log to one MLflow server."""
-    from axon.track.cli import start_ui, wait_healthy
+    from axon.track.cli import start_ui, stop_ui, wait_healthy
 
     server_dir = tmp_path / "server"
     server_dir.mkdir()
@@ -86,5 +86,4 @@ def test_workers_on_one_study_record_into_one_tracking_server(tmp_path):
         found = {r.info.run_id for r in tracker.recent_runs(10)}
         assert len(run_ids) == 2 and run_ids <= found
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
+        stop_ui(proc)
