@@ -141,13 +141,12 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
     if consumer is not None:
         st.__dict__.setdefault("evacuated", set()).add(consumer.id)
     direct = node.id in g.outputs and not any(node.id in u.inputs for u in g.nodes)
-    if group_emit is not None:
-        pass  # the consumer group writes its own tile, reading this matmul's PSUM tile
-    elif direct:
+    # with a consumer group the group writes its own tile, reading this matmul's PSUM tile
+    if group_emit is None and direct:
         stage = st.tile(f"t{node.id}_stage", tm, tn, out_dtype(st, node))
         st.__dict__.setdefault("stored", set()).add(node.id)
         name = g.output_names[g.outputs.index(node.id)]
-    else:
+    elif group_emit is None:
         view = new_view(st, node)
     w_shape = g.concrete_shape(g.input(w.input).id)
 

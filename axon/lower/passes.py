@@ -12,6 +12,7 @@ roles is cut into an earlier pass; this module never emits instructions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Mapping
 
 from axon.errors import AxonError
@@ -89,22 +90,11 @@ def scalar_value(graph: Graph, node: Node) -> float | None:
     return None
 
 
-_ROLES: dict[Graph, Roles] = {}
-
-
+@lru_cache(maxsize=512)
 def classify(graph: Graph) -> Roles:
     """Roles of the nodes of a pass graph; NeedCut names a node to materialize first.
 
     A pure function of the (immutable) graph, memoized: lowering asks again for every point."""
-    found = _ROLES.get(graph)
-    if found is None:
-        if len(_ROLES) > 512:
-            _ROLES.clear()
-        found = _ROLES[graph] = _classify(graph)
-    return found
-
-
-def _classify(graph: Graph) -> Roles:
     shapes = [graph.concrete_shape(o) for o in graph.outputs]
     out = shapes[0]
     if len(out) < 2 or any(s[:-1] != out[:-1] for s in shapes):

@@ -69,7 +69,7 @@ class SimBackend:
     partial traces are simulated, and the kernel's latency is extended linearly from the growth
     between them (all loops grow in proportion, as they do in the whole kernel, so loops that
     overlap are not counted twice). Instruction counts and DMA bytes extrapolate exactly.
-    Kernels with no such loop are simulated whole. `experiments/bench_sim.py` reports the error of
+    Kernels with no such loop are simulated whole. `experiments/bench_extrapolation.py` reports the error of
     the extrapolation against whole simulation; `Measurement.details["timing"]` says which was used.
     """
 
@@ -93,12 +93,10 @@ class SimBackend:
 
         try:
             fn = nki.load_kernel(f"{path}:{kernel}")
-            if not self.extrapolate:
-                trace = nki.trace(fn, *specs, hw=hw)
-                return _measurement(self.name, sim.simulate(trace, hw), len(trace.instructions), start, {"timing": "whole"})
-            # the loop structure first (a trace cut to one iteration per top-level loop is cheap)
-            probe = nki.trace(fn, *specs, hw=hw, loop_limit=1)
-            loops = {l.id: l.trip_count for l in probe.loops if l.parent is None and l.trip_count >= steps}
+            loops: dict[int, int] = {}
+            if self.extrapolate:  # the loop structure first (a trace cut to one iteration per top-level loop is cheap)
+                probe = nki.trace(fn, *specs, hw=hw, loop_limit=1)
+                loops = {l.id: l.trip_count for l in probe.loops if l.parent is None and l.trip_count >= steps}
             if not loops:
                 trace = nki.trace(fn, *specs, hw=hw)
                 return _measurement(self.name, sim.simulate(trace, hw), len(trace.instructions), start, {"timing": "whole"})

@@ -137,17 +137,13 @@ def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: fl
     if flops(graph) > max_flops:
         # the smallest reduced shape at which the same point lowers (a point may need, e.g., two
         # n tiles per group); the tuned shape itself if none does
-        full = (problem, graph, dims)
         for cap in (512, 1024, 2048):
             small = {k: min(v, cap) for k, v in dims.items()}
             g = graph.bind(**small)
             p = LoweredProblem(problem.workload, g, problem.hw, [_rebind(v, small) for v in problem.variants], problem.dtype)
-            reason = p.validate(point)
-            if reason is None:
+            if p.validate(point) is None:
                 problem, graph, dims = p, g, small
                 break
-        else:
-            problem, graph, dims = full
     reason = problem.validate(point)
     if reason is not None:
         raise AxonError(f"the best point cannot be checked at {dims}: {reason}")

@@ -4,7 +4,8 @@ Each ask builds a pool of candidates (random points of the space and mutations o
 measured ones), drops invalid and already-measured points, scores the rest with the cost model and
 proposes the best predicted; a small share of asks is random so the model keeps learning where it
 is wrong. While a task has few measurements the scores lean on an analytic prior (the program's
-estimated lower bound, a feature), so the first proposals are not random. The space is any object implementing `CandidateSpace`; the sampler knows nothing of NKI.
+estimated lower bound, a feature), so the first proposals are not random. The space is any object
+implementing `CandidateSpace`; the sampler knows nothing of NKI.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -411,21 +412,18 @@ def _link(pieces: list[_Piece], sols: list[list[Step]]) -> list[Step]:
 # ---- forming groups from a graph ----------------------------------------------------------------
 
 
-_GROUPS: dict[Graph, list[FusedGroup]] = {}
-
-
 def fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None = None) -> list[FusedGroup]:
     """Maximal elementwise groups (a reduction ends its group; [P, 1] and full-tile chains apart).
 
     A pure function of the (immutable) graph: memoized, since lowering asks for every point."""
     if row_kinds is not None:
         return _fused_groups(graph, row_kinds)
-    found = _GROUPS.get(graph)
-    if found is None:
-        if len(_GROUPS) > 512:
-            _GROUPS.clear()
-        found = _GROUPS[graph] = _fused_groups(graph, None)
-    return list(found)
+    return list(_groups_of(graph))
+
+
+@lru_cache(maxsize=512)
+def _groups_of(graph: Graph) -> tuple[FusedGroup, ...]:
+    return tuple(_fused_groups(graph, None))
 
 
 def _fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None) -> list[FusedGroup]:
