@@ -42,8 +42,11 @@ def start_ui(workdir: Path, port: int) -> tuple[subprocess.Popen, str]:
     port = _free_port(port)
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--default-artifact-root", root,
            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    # MLflow 3's server also starts a job runner with seven huey consumers (GenAI evaluation jobs);
+    # Axon has no jobs for it, and they are the processes that outlived a stop.
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     log = open(workdir / "mlflow-ui.log", "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -81,27 +84,61 @@ def ui(workdir: str | None, port: int) -> None:
         stop_ui(proc)
 
 
-def stop_ui(proc: subprocess.Popen) -> None:
-    """Stop the MLflow server and everything it started (uvicorn, job runners): its whole session.
+def _descendants(pid: int) -> set[int]:
+    """Every live descendant of `pid`, read from /proc (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
 
-    Signalling only the `mlflow server` process leaves its uvicorn worker holding the port."""
-    import os
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:  # a zombie is dead for our purposes (its parent reaps it)
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def stop_ui(proc: subprocess.Popen) -> None:
+    """Stop the MLflow server and every process under it (uvicorn and anything it started).
+
+    The process tree is read before any signal, so a child that left the server's session or
+    was re-parented when the server exited is still stopped: SIGINT, then SIGTERM, then SIGKILL,
+    a few seconds apart, until none is left."""
     import signal
 
-    for sig, grace in ((signal.SIGINT, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            continue
-        try:  # the server is gone; its children may linger a moment
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.5)
+    pids = {proc.pid} | _descendants(proc.pid)
+    for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.time() + grace
+        while time.time() < deadline:
+            proc.poll()  # reap the server itself
+            pids = {pid for pid in pids if _alive(pid)}
+            if not pids:
+                return
+            time.sleep(0.1)
 
 
 @click.command()

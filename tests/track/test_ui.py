@@ -39,19 +39,40 @@ def test_axon_ui_serves_runs_over_rest(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=40)  # stop_ui escalates SIGINT, SIGTERM, SIGKILL 5 s apart
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-    # the server is gone (its workers may take a moment to exit on a loaded machine)
+    assert proc.returncode is not None and proc.returncode != -signal.SIGKILL, "axon ui did not stop on Ctrl-C"
+    # the server and every process under it are gone: nothing answers on the port
     deadline = time.time() + 20
     while True:
         try:
             urllib.request.urlopen(url + "/health", timeout=2)
         except OSError:
             break
-        if time.time() > deadline:  # known open bug, in the closing note: on a clean CI clone a uvicorn child can outlive the stop
-            pytest.xfail("the MLflow server still answers 20 s after axon ui was stopped")
+        assert time.time() < deadline, "the MLflow server still answers 20 s after axon ui was stopped"
         time.sleep(0.5)
+
+
+def test_stop_ui_stops_children_that_left_the_session(tmp_path):
+    """A grandchild in its own session, re-parented when the server exits, is stopped too."""
+    from axon.track.cli import _alive, _descendants, stop_ui
+
+    script = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(120)'],"
+        " start_new_session=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.time() + 10
+    while not _descendants(proc.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    children = _descendants(proc.pid)
+    assert len(children) == 1
+    stop_ui(proc)
+    assert proc.poll() is not None
+    assert not any(_alive(pid) for pid in children)
 
 
 def test_axon_runs_lists_runs_and_errors_without_store(tmp_path):
