@@ -71,8 +71,15 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
 @click.option("--port", default=5000, show_default=True, type=int, help="Port (a free one is chosen if taken).")
 def ui(workdir: str | None, port: int) -> None:
     """Start the MLflow UI on the working directory's store (127.0.0.1 only); Ctrl-C stops it."""
+    import signal
+
     path = resolve_workdir(workdir)
     path.mkdir(parents=True, exist_ok=True)
+    # Ctrl-C and SIGTERM both stop the server. SIGINT is set explicitly: a process started in the
+    # background by a non-interactive shell inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt (the server would outlive a Ctrl-C sent to the process group).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     proc, url = start_ui(path, port)
     try:
         wait_healthy(url, proc)
@@ -115,6 +122,10 @@ def _alive(pid: int) -> bool:
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def stop_ui(proc: subprocess.Popen) -> None:
