@@ -8,6 +8,10 @@ a shared measurement cache (the simulator is deterministic, so this changes no r
 Transfer: a cost model trained on records of other shapes of rmsnorm_matmul tunes the held-out
 default shape; we count measurements until it is within 5% of the best latency found for it.
 
+Every run's curve is kept in `--work` as it finishes, so an interrupted run resumes, and
+`--runs-only` with a subset of `--workloads` lets several processes share the work (the summary
+is written by a final run over all workloads, which only reads what is there).
+
 Last line: median_ratio_tpe_over_costmodel=X costmodel_beats_random=N/5 transfer_measurements=M
 """
 
@@ -109,6 +113,31 @@ def _stop_after(measurements: int):
     return hook
 
 
+def _kept(path: Path, run) -> list[float]:
+    """The curve stored at `path`, or run it and store it (written whole, so a kill leaves no half file)."""
+    if path.exists():
+        return json.loads(path.read_text())
+    curve = run()
+    tmp = path.with_suffix(".part")
+    tmp.write_text(json.dumps(curve))
+    tmp.replace(path)
+    return curve
+
+
+def _transfer(hw, backend, trials: int) -> list[float]:
+    """A cost model trained on random-search records of three other rmsnorm_matmul shapes, frozen,
+    then tuning the held-out default shape for 16 measurements."""
+    train_shapes = [dict(M=1024, K=1024, N=2048), dict(M=2048, K=512, N=1024), dict(M=4096, K=2048, N=1024)]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = RecordDB(Path(tmp) / "train.db")
+        for i, dims in enumerate(train_shapes):
+            Tuner(problem_for("rmsnorm_matmul", hw, dims), backend, db, TuneConfig(trials=trials, sampler="random", seed=100 + i)).run()
+        model = CostModel(seed=0)
+        model.fit(db.records(), holdout=0.0)
+        model.freeze()  # the held-out run adds trees on top of what the other shapes taught
+        return run_one(problem_for("rmsnorm_matmul", hw), backend, "costmodel", 0, 16, model=model)
+
+
 def to_within(curve: list[float], target: float, budget: int) -> int:
     for i, v in enumerate(curve):
         if v <= target:
@@ -121,11 +150,18 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=48)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--cache", default=str(RESULTS / "sim_cache.db"))
+    ap.add_argument("--cache", default=str(RESULTS / "work" / "sim_cache.db"))
+    ap.add_argument("--work", default=str(RESULTS / "work" / "sample_efficiency"), help="one JSON curve per run")
+    ap.add_argument("--runs-only", action="store_true", help="measure the runs of --workloads, write no summary")
     args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
     hw = load_hw("trn1")
     backend = CachedSim(Path(args.cache))
-    names = args.workloads.split(",")
+    names = [n for n in args.workloads.split(",") if n != "transfer"]
+    if "transfer" in args.workloads.split(","):  # the transfer run on its own, for a parallel process
+        _kept(work / f"transfer_{args.trials}.json", lambda: _transfer(hw, backend, args.trials))
     curves: dict[str, dict[str, list[list[float]]]] = {}
     t0 = time.time()
     for name in names:
@@ -133,9 +169,12 @@ def main() -> None:
         curves[name] = {s: [] for s in SAMPLERS}
         for seed in range(args.seeds):
             for sampler in SAMPLERS:
-                curves[name][sampler].append(run_one(problem, backend, sampler, seed, args.trials))
+                curves[name][sampler].append(_kept(work / f"{name}_{sampler}_{seed}_{args.trials}.json",
+                                                   lambda: run_one(problem, backend, sampler, seed, args.trials)))
             print(f"{name} seed {seed}: " + " ".join(f"{s}={curves[name][s][-1][-1] / 1e3:.1f}us" for s in SAMPLERS)
                   + f"  ({time.time() - t0:.0f} s, cache {backend.hits} hits / {backend.misses} misses)", flush=True)
+    if args.runs_only:
+        return
 
     ratios, beats, rows = [], 0, []
     for name in names:
@@ -146,19 +185,10 @@ def main() -> None:
             ratios.append(tpe / cm)
         if statistics.median(need["costmodel"]) < statistics.median(need["random"]):
             beats += 1
-        rows.append((name, best, {s: statistics.median(need[s]) for s in SAMPLERS}))
+        final = {s: statistics.median(c[-1] for c in curves[name][s] if c) for s in SAMPLERS}
+        rows.append((name, best, {s: statistics.median(need[s]) for s in SAMPLERS}, final))
 
-    # transfer: train on other shapes of rmsnorm_matmul, tune the default shape
-    train_shapes = [dict(M=1024, K=1024, N=2048), dict(M=2048, K=512, N=1024), dict(M=4096, K=2048, N=1024)]
-    with tempfile.TemporaryDirectory() as tmp:
-        db = RecordDB(Path(tmp) / "train.db")
-        for i, dims in enumerate(train_shapes):
-            Tuner(problem_for("rmsnorm_matmul", hw, dims), backend, db, TuneConfig(trials=args.trials, sampler="random", seed=100 + i)).run()
-        model = CostModel(seed=0)
-        model.fit(db.records(), holdout=0.0)
-        model.freeze()  # the held-out run adds trees on top of what the other shapes taught
-        held_out = problem_for("rmsnorm_matmul", hw)
-        curve = run_one(held_out, backend, "costmodel", 0, 16, model=model)
+    curve = _kept(work / f"transfer_{args.trials}.json", lambda: _transfer(hw, backend, args.trials))
     best_rmm = min(min(c) for s in SAMPLERS for c in curves.get("rmsnorm_matmul", {}).get(s, [[float("inf")]]))
     best_rmm = min(best_rmm, min(curve))
     transfer = to_within(curve, best_rmm * 1.05, 16)
@@ -173,9 +203,12 @@ def _write(rows, curves, names, args, ratios, beats, transfer) -> None:
     lines = ["# Sample efficiency (trn1, sim backend, default shapes)", "",
              f"Budget {args.trials} trials per run, {args.seeds} seeds. Measurements to reach within 5% of the best latency any "
              "method found (median over seeds; a run that never gets there counts as twice the budget).", "",
-             "| workload | best (us) | costmodel | tpe | random |", "|---|---|---|---|---|"]
-    for name, best, med in rows:
-        lines.append(f"| {name} | {best / 1e3:,.1f} | {med['costmodel']} | {med['tpe']} | {med['random']} |")
+             "The last three columns are the median best latency at the end of the budget.", "",
+             "| workload | best (us) | costmodel | tpe | random | final costmodel (us) | final tpe (us) | final random (us) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, best, med, final in rows:
+        lines.append(f"| {name} | {best / 1e3:,.1f} | {med['costmodel']} | {med['tpe']} | {med['random']} | "
+                     + " | ".join(f"{final[s] / 1e3:,.1f}" for s in SAMPLERS) + " |")
     lines += ["", f"Median ratio TPE / cost model: {statistics.median(ratios):.2f}; cost model beats random on {beats}/{len(names)}.",
               f"Transfer (rmsnorm_matmul, model trained on three other shapes): {transfer} measurements to within 5%.", ""]
     (RESULTS / "sample_efficiency.md").write_text("\n".join(lines))

@@ -3,7 +3,9 @@
 The gain is folded into the weights once (w' = g[:, None] * w, each K tile of w scaled by its
 per-partition gain while resident in SBUF); per 128-row tile only the sum of squares and rstd are
 computed, the raw rows are transposed for the stationary side, and the per-row rstd is applied by
-ScalarE's `scale=` while PSUM is evacuated: no normalized copy of x is ever written.
+ScalarE's `scale=` while PSUM is evacuated: no normalized copy of x is ever written. Row tiles,
+their transposes, PSUM banks and the evacuation stage rotate over two buffers so that consecutive
+tiles overlap.
 """
 
 import nki
@@ -25,26 +27,33 @@ def rmsnorm_matmul(x, g, w):
         nisa.dma_copy(dst=w_res[0:TK, k * N:k * N + N], src=w[k * TK:k * TK + TK, 0:N])
         nisa.tensor_scalar(dst=w_res[0:TK, k * N:k * N + N], data=w_res[0:TK, k * N:k * N + N], op0=nl.multiply,
                            operand0=g_col[0:TK, 0:1])
-    xt = nl.ndarray((128, K), dtype=x.dtype, buffer=nl.sbuf)
+    xt = nl.ndarray((128, 2 * K), dtype=x.dtype, buffer=nl.sbuf)
     sq = nl.ndarray((128, K), dtype=nl.float32, buffer=nl.sbuf)
-    ss = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-    rstd = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-    x_t = nl.ndarray((TK, nk * 128), dtype=x.dtype, buffer=nl.sbuf)
-    t_psum = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-    res = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)
+    ss = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
+    rstd = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
+    x_t = nl.ndarray((TK, 2 * nk * 128), dtype=x.dtype, buffer=nl.sbuf)
+    t_psum = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.psum)
+    acc = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+    res = nl.ndarray((128, 2 * 512), dtype=x.dtype, buffer=nl.sbuf)
+    nt = (N + 511) // 512
     for m in nl.affine_range(M // 128):
-        nisa.dma_copy(dst=xt[0:128, 0:K], src=x[m * 128:m * 128 + 128, 0:K])
-        nisa.activation_reduce(dst=sq[0:128, 0:K], op=nl.square, data=xt[0:128, 0:K], reduce_op=nl.add, reduce_res=ss[0:128, 0:1])
-        nisa.activation(dst=rstd[0:128, 0:1], op=nl.rsqrt, data=ss[0:128, 0:1], scale=1.0 / K, bias=1e-6)
+        q = m % 2
+        xs = q * K
+        ts = q * nk * 128
+        nisa.dma_copy(dst=xt[0:128, xs:xs + K], src=x[m * 128:m * 128 + 128, 0:K])
+        nisa.activation_reduce(dst=sq[0:128, 0:K], op=nl.square, data=xt[0:128, xs:xs + K], reduce_op=nl.add,
+                               reduce_res=ss[0:128, q:q + 1])
+        nisa.activation(dst=rstd[0:128, q:q + 1], op=nl.rsqrt, data=ss[0:128, q:q + 1], scale=1.0 / K, bias=1e-6)
         for k in nl.affine_range(nk):
-            nisa.nc_transpose(dst=t_psum[0:TK, 0:128], data=xt[0:128, k * TK:k * TK + TK])
-            nisa.tensor_copy(dst=x_t[0:TK, k * 128:k * 128 + 128], src=t_psum[0:TK, 0:128])
-        for n in nl.affine_range((N + 511) // 512):
+            nisa.nc_transpose(dst=t_psum[k % 2, 0:TK, 0:128], data=xt[0:128, xs + k * TK:xs + k * TK + TK])
+            nisa.tensor_copy(dst=x_t[0:TK, ts + k * 128:ts + k * 128 + 128], src=t_psum[k % 2, 0:TK, 0:128])
+        for n in nl.affine_range(nt):
             wn = min(512, N - n * 512)
+            bank = (m * nt + n) % 2
             for k in nl.affine_range(nk):
-                nisa.nc_matmul(dst=acc[0:128, 0:wn], stationary=x_t[0:TK, k * 128:k * 128 + 128],
+                nisa.nc_matmul(dst=acc[bank, 0:128, 0:wn], stationary=x_t[0:TK, ts + k * 128:ts + k * 128 + 128],
                                moving=w_res[0:TK, k * N + n * 512:k * N + n * 512 + wn], accumulate=k > 0)
-            nisa.activation(dst=res[0:128, 0:wn], op=nl.copy, data=acc[0:128, 0:wn], scale=rstd[0:128, 0:1])
-            nisa.dma_copy(dst=out[m * 128:m * 128 + 128, n * 512:n * 512 + wn], src=res[0:128, 0:wn])
+            nisa.activation(dst=res[0:128, bank * 512:bank * 512 + wn], op=nl.copy, data=acc[bank, 0:128, 0:wn],
+                            scale=rstd[0:128, q:q + 1])
+            nisa.dma_copy(dst=out[m * 128:m * 128 + 128, n * 512:n * 512 + wn], src=res[0:128, bank * 512:bank * 512 + wn])
     return out
