@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from axon.errors import SpecError
 from axon.ir.dims import Dim, shape_str
@@ -153,7 +153,18 @@ class Graph:
             )
 
     def concrete_shape(self, node_id: int) -> tuple[int, ...]:
-        return self.nodes[node_id].type.concrete(self.bindings)
+        return self.memo(("shape", node_id), lambda: self.nodes[node_id].type.concrete(self.bindings))
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """`compute()` once per graph and key: for pure functions of this (immutable) graph that the
+        search calls thousands of times (concrete shapes, instruction alternatives)."""
+        cache = self.__dict__.get("_memo")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_memo", cache)
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
 
     # identity ------------------------------------------------------------------------------------
     def node_digests(self) -> list[str]:

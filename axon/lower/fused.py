@@ -22,7 +22,12 @@ def alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
     """The verified alternatives of the group ending at `sink`.
 
     Memoized on the group's structure (ops, attributes, leaf kinds and constants, with node ids made
-    local), so variants and presets that share a group search once: the search is a pure function."""
+    local), so variants and presets that share a group search once: the search is a pure function;
+    and per graph, since the sampler lowers the same variant for every candidate point."""
+    return graph.memo(("isel-alternatives", sink), lambda: _alternatives(graph, sink))
+
+
+def _alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
     from axon.synth.isel import fused_groups
 
     for grp in fused_groups(graph):

@@ -129,11 +129,12 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
     """
     from axon.lower.passes import normalize
 
-    graph = normalize(graph_of(variant))
-    graph.check_bound()
+    original = graph_of(variant)
+    graph = original.memo(("normalized",), lambda: normalize(original))  # the same graph objects for every
+    graph.check_bound()                                                  # point, so their memos hold
     knobs = knobs_of(point)
-    cuts = _cuts(graph, knobs["fusion"])
-    passes, cuts = split(graph, cuts)
+    cuts = frozenset(_cuts(graph, knobs["fusion"]))
+    passes, cuts = graph.memo(("split", cuts), lambda: split(graph, cuts))
     body: list[Stmt] = []
     scratch: list[Tensor] = []
     sbuf_peak = psum_peak = 0

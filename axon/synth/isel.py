@@ -245,14 +245,17 @@ class _Checker:
                     for l in group.leaves}
         self.np = NumpyMath()
         self.proved: list[str] = []
-        self.deadline = float("inf")
+        self.checks = 0
+        self.max_checks = 0  # 0: no limit
 
     def out_of_time(self) -> bool:
-        import time
-
-        return time.monotonic() > self.deadline
+        """The search budget is counted in candidates checked, not seconds, so that the same group
+        gets the same alternatives on a loaded machine: the schedule space (and a seed's trials)
+        must not depend on how busy the CPU was."""
+        return bool(self.max_checks) and self.checks >= self.max_checks
 
     def numeric(self, piece: _Piece, steps: list[Step], base: Mapping[int, Any]) -> bool:
+        self.checks += 1
         env = dict(base)
         want = _node_value(self.np, self.group.graph, piece.root, {**env, **{k: v for k, v in env.items()}})
         with np.errstate(all="ignore"):
@@ -267,7 +270,7 @@ class _Checker:
             local[("step", i)] = out
         return out
 
-    def prove(self, piece: _Piece, steps: list[Step], timeout_ms: int = 300) -> bool:
+    def prove(self, piece: _Piece, steps: list[Step], rlimit: int = 5_000_000, timeout_ms: int = 30_000) -> bool:
         import z3
 
         # every attempt costs a solver call: a budget keeps groups Z3 cannot settle from stalling the
@@ -286,7 +289,8 @@ class _Checker:
         got = self._run(m, steps, env)
         side = [d != 0 for d in _divisors(want) + _divisors(got)]
         s = z3.Solver()
-        s.set("timeout", timeout_ms)
+        s.set("rlimit", rlimit)  # Z3's deterministic resource limit (these proofs use ~10^3-10^4)
+        s.set("timeout", timeout_ms)  # a safety net only; it does not bind on these proofs
         s.add(m.facts() + side + [want != got])
         return s.check() == z3.unsat
 
@@ -337,7 +341,7 @@ def _piece_solutions(piece: _Piece, checker: _Checker, kinds: Mapping[int, str],
 
 
 def synthesize_instructions(group: FusedGroup, hw: Any = None, max_instructions: int = 3,
-                            per_piece: int = 3, max_alternatives: int = 6, time_budget_s: float = 4.0) -> list[Alternative]:
+                            per_piece: int = 3, max_alternatives: int = 6, max_checks: int = 60_000) -> list[Alternative]:
     """Verified instruction sequences for `group`, fewest instructions first.
 
     >>> from axon.workloads import get
@@ -351,10 +355,8 @@ def synthesize_instructions(group: FusedGroup, hw: Any = None, max_instructions:
     g = group.graph
     acts = tuple(sorted({_IR_TO_ACT[g.nodes[n].op] for n in group.nodes if g.nodes[n].op in _IR_TO_ACT}
                         | {"exp", "square", "rsqrt", "reciprocal"}))
-    import time
-
     checker = _Checker(group)
-    checker.deadline = time.monotonic() + time_budget_s  # a bounded search: what is found in time is offered
+    checker.max_checks = max_checks  # a bounded search: what is found within the budget is offered
     internal = [n for n in group.nodes if n != group.sink]
     results: list[tuple[int, tuple[Step, ...]]] = []
     for r in range(0, min(len(internal), max_instructions - 1) + 1):
