@@ -71,8 +71,13 @@ def geomean(xs):
 
 def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bool = False) -> dict:
     cache = work / "rows" / f"{w.name}_{hw_name}_{trials}_{seed}.json"
-    if cache.exists():
-        row = json.loads(cache.read_text())
+    row = json.loads(cache.read_text()) if cache.exists() else None
+    if row is not None and row.get("lowering") != lowering_hash():
+        if not cached_only:
+            row = None  # the lowering changed since this row was tuned: tune it again
+        else:
+            row["stale"] = True  # kept, and marked as such in the table
+    if row is not None:
         if row.get("expert_hash") != _expert_hash(w.name):  # the hand-written kernel changed: re-measure it alone
             row["expert_ns"] = expert_latency(w.name, w.graph("default"), load_hw(hw_name), SimBackend())
             row["expert_hash"] = _expert_hash(w.name)
@@ -81,23 +86,35 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
     if cached_only:
         raise LookupError("not measured yet (--cached-only)")
     start = time.perf_counter()
-    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=work, track=False, study=f"table:{w.name}:{hw_name}:{seed}")
+    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=work, track=False, study=f"table:{w.name}:{hw_name}:{seed}:{lowering_hash()}")
     tuning_s = time.perf_counter() - start
     hw = load_hw(hw_name)
     graph = w.graph("default")
     unfused = UnfusedProblem(w.name + "#unfused_tuned", graph, hw, [Original(graph)], "float32")
     db = RecordDB(work / "records.db")
     result = Tuner(unfused, SimBackend(), db, TuneConfig(trials=trials, sampler="costmodel", seed=seed,
-                                                         study_name=f"table-unfused:{w.name}:{hw_name}:{seed}"), storage=None).run()
+                                                         study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{lowering_hash()}"), storage=None).run()
     row = {
         "workload": w.name, "kind": w.kind, "hw": hw_name, "axon_ns": report.best_latency_ns,
         "unfused_default_ns": report.unfused_ns, "unfused_tuned_ns": result.best.latency_ns if result.best else None,
         "expert_ns": report.expert_ns, "roofline_ns": report.roofline_ns, "moves": list(report.moves),
         "point": report.best_description, "tuning_s": tuning_s, "trials": trials,
         "numerics_ok": report.numerics.ok if report.numerics else None, "expert_hash": _expert_hash(w.name),
+        "lowering": lowering_hash(),
     }
     _store(cache, row)
     return row
+
+
+def lowering_hash() -> str:
+    """Hash of the lowering's source (axon/lower without the expert kernels, which have their own)."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent.parent / "axon" / "lower"
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*.py") if "expert" not in p.relative_to(root).parts):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _expert_hash(workload: str) -> str | None:
@@ -138,6 +155,8 @@ def main() -> None:
             r = rows[-1]
             print(f"{hw_name} {w.name}: " + (f"axon {r['axon_ns'] / 1e3:,.1f} us" if r.get("axon_ns") else r.get("error", "")[:200]), flush=True)
     write_table(rows, args)
+    fresh = sum(1 for r in rows if r.get("axon_ns") and not r.get("stale"))
+    print(f"rows tuned with the current lowering: {fresh}/{len(rows)}")
     trn1 = [r for r in rows if r["hw"] == "trn1" and r.get("axon_ns")]
     single = [ratio(r["unfused_default_ns"], r["axon_ns"]) for r in trn1 if r["kind"] == "single"]
     multi = [ratio(r["unfused_default_ns"], r["axon_ns"]) for r in trn1 if r["kind"] == "multi"]
@@ -177,11 +196,14 @@ def write_table(rows, args) -> None:
                 lines.append(f"| {r['workload']} | {r['kind']} | failed: {r['error'][:120]} |" + " |" * 10)
                 continue
             lines.append("| " + " | ".join([
-                r["workload"], r["kind"], us(r["axon_ns"]), us(r["unfused_default_ns"]), us(r["unfused_tuned_ns"]), us(r["expert_ns"]),
+                r["workload"] + (" †" if r.get("stale") else ""), r["kind"], us(r["axon_ns"]), us(r["unfused_default_ns"]), us(r["unfused_tuned_ns"]), us(r["expert_ns"]),
                 us(r["roofline_ns"]), x(r["unfused_default_ns"], r["axon_ns"]), x(r["unfused_tuned_ns"], r["axon_ns"]),
                 x(r["expert_ns"], r["axon_ns"]), f"{r['roofline_ns'] / r['axon_ns']:.0%}", " + ".join(r["moves"]) or "-",
                 f"{r['tuning_s']:.0f}"]) + " |")
         lines.append("")
+    if any(r.get("stale") for r in rows):
+        lines += ["† tuned with an earlier version of the lowering (its kernels differ from what the current code emits); "
+                  "`python experiments/results_table.py` re-tunes these rows.", ""]
     (RESULTS / "results_table.md").write_text("\n".join(lines))
     try:
         import matplotlib

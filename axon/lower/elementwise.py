@@ -26,19 +26,37 @@ def out_dtype(st: _State, node: Node) -> str:
 
 def new_view(st: _State, node: Node, stem: str = "") -> View:
     f = st.graph.concrete_shape(node.id)[-1]
-    pool = st.__dict__.setdefault("pool", [])
     key = (st.mb * f, out_dtype(st, node))
-    for name, k in pool:
-        if k == key:  # a dead tile of the same size: reuse its SBUF
-            pool.remove((name, k))
-            v = View(name, f, Expr.of(0), f, key[1])
+    pool = st.__dict__.setdefault("pool", [])
+    for entry in pool:
+        if entry[1] == key:  # a dead slot of the same size: reuse its SBUF
+            pool.remove(entry)
+            v = View(entry[0], f, entry[2], f, key[1])
             st.views[node.id] = v
             return v
     t = st.tile(stem or f"t{node.id}", st.tm, st.mb * f, out_dtype(st, node))
     v = View(t.name, f, Expr.of(0), f, t.dtype)
     st.views[node.id] = v
-    st.__dict__.setdefault("owned", set()).add(t.name)
+    own(st, t.name, st.mb * f, t.dtype, Expr.of(0))
     return v
+
+
+def own(st: _State, name: str, size: int, dtype: str, base: Expr) -> None:
+    """Record `name` as a slot this block may recycle: `size` elements per partition at `base`.
+
+    A rotating multi-buffered load is one slot whose base moves with the row block, so a value that
+    takes it over once the load is dead (an in-place result, the output) rotates with it."""
+    st.__dict__.setdefault("slots", {})[name] = (size, dtype, base)
+
+
+def owned(st: _State) -> dict[str, tuple[int, str, Expr]]:
+    return st.__dict__.setdefault("slots", {})
+
+
+def whole_slot(st: _State, v: View) -> bool:
+    """Whether view `v` covers the whole of an owned slot (not a slice of one)."""
+    slot = owned(st).get(v.tensor)
+    return slot is not None and v.base == slot[2] and v.width == v.jstride and st.mb * v.width == slot[0]
 
 
 def operand(st: _State, nid: int, j: Expr) -> tuple[str, Any]:
@@ -63,8 +81,7 @@ def load_input(st: _State, node: Node) -> list[Stmt]:
     base = Expr.of(Affine.of("i_r").modulo(bufs, st.mb * f)) if rotate else Expr.of(0)
     v = View(t.name, f, base, f, t.dtype)
     st.views[node.id] = v
-    if bufs == 1:
-        st.__dict__.setdefault("owned", set()).add(t.name)
+    own(st, t.name, st.mb * f, t.dtype, base)
 
     def body(j: Expr) -> list[Stmt]:
         src = hbm_ref(st, node.attr("name"), st.roles.bmap[node.id], rows_expr(st, j), st.tm, 0, f, shape)
@@ -153,18 +170,19 @@ def lower_node(st: _State, node: Node) -> list[Stmt]:
 
 
 def reuse_operand_tile(st: _State, node: Node) -> View | None:
-    """Write in place over an operand tile that nothing else reads (keeps big rows within SBUF)."""
+    """Write in place over an operand slot that nothing else reads again (keeps big rows within SBUF)."""
     g = st.graph
     f = g.concrete_shape(node.id)[-1]
-    owned = st.__dict__.setdefault("owned", set())
+    done = st.__dict__.get("done", set())
     for i in node.inputs:
         v = st.views.get(i)
-        if v is None or v.tensor not in owned or i in g.outputs or v.width != f or v.jstride != f:
+        if v is None or not whole_slot(st, v) or v.width != f or v.dtype != out_dtype(st, node):
             continue
-        if v.dtype != out_dtype(st, node) or sum(u.inputs.count(i) for u in g.nodes) != 1:
-            continue
-        st.views[node.id] = v
-        return v
+        sharing = [nid for nid, w in st.views.items() if w.tensor == v.tensor]
+        if all(nid not in g.outputs and all(u.id in done or u.id == node.id for u in g.nodes if nid in u.inputs)
+               for nid in sharing):
+            st.views[node.id] = v
+            return v
     return None
 
 
@@ -208,7 +226,7 @@ def single_instruction(st: _State, node: Node, dst: Ref, j: Expr) -> Instr:
 def release(st: _State, done: set[int]) -> None:
     """Return owned tiles whose every reader has been emitted to the pool (`done`: emitted nodes)."""
     g = st.graph
-    owned = st.__dict__.setdefault("owned", set())
+    slots = owned(st)
     pool = st.__dict__.setdefault("pool", [])
     live: set[str] = set()
     for nid, v in st.views.items():
@@ -216,6 +234,6 @@ def release(st: _State, done: set[int]) -> None:
         if nid in g.outputs or nid not in done or any(u not in done for u in users):
             live.add(v.tensor)
     for nid, v in list(st.views.items()):
-        if v.tensor in owned and v.tensor not in live and all(n != v.tensor for n, _ in pool):
-            t = next(a for a in st.allocs if a.name == v.tensor)
-            pool.append((t.name, (t.shape[1], t.dtype)))
+        if v.tensor in slots and v.tensor not in live and all(e[0] != v.tensor for e in pool):
+            size, dtype, base = slots[v.tensor]
+            pool.append((v.tensor, (size, dtype), base))

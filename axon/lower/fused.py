@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from axon.ir import Graph
-from axon.lower.lowering import _State, for_j
+from axon.lower.lowering import _State, for_j, j_off
 from axon.lower.program import Expr, Instr, Ref, Stmt, tile_ref
 
 _ENGINE_ARG = {"scalar": "nisa.scalar_engine", "gpsimd": "nisa.gpsimd_engine"}
@@ -140,9 +140,14 @@ def fusable_evacuation(st: _State, mm: int) -> Any | None:
 
 
 def prepare_group(st: _State, sink_node: Any) -> Any:
-    """Allocate the group's tiles; returns `emit(j, window=None, override={})` giving its instructions."""
-    from axon.lower.elementwise import new_view
-    from axon.lower.lowering import j_off
+    """Allocate the group's tiles; returns `emit(j, window=None, override={})` giving its instructions.
+
+    Every value a step writes goes into a slot that is dead by then: a full-width operand of the
+    group read for the last time (elementwise instructions may write over their own operands), a
+    step result already consumed, or a new tile. The sink takes over a dying operand's slot when it
+    can (so the result rotates with a multi-buffered load), and the discarded elementwise output of
+    a fused reduction lands in a dead slot or in the sink's tile before the sink is written."""
+    from axon.lower.elementwise import new_view, out_dtype
 
     grp, alt = st.__dict__["groups"][sink_node.id]
     g = st.graph
@@ -151,33 +156,63 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
     for i, step in enumerate(alt.steps):
         red = step.opcode in ("activation_reduce", "tensor_scalar_reduce", "tensor_reduce")
         kinds[("step", i)] = "full" if _is_full(st, step, kinds) and not red else "vec"
-    sink_view = new_view(st, sink_node)
+    last_read: dict[Any, int] = {}
+    for i, step in enumerate(alt.steps):
+        for _, v in step.args:
+            if isinstance(v, tuple) and v[0] in ("in", "step"):
+                last_read[v] = i
+    n = len(alt.steps)
+    dying = _dying_leaves(st, grp, f)
+    sink_leaf = next((leaf for leaf, v in dying.items() if kinds[("step", n - 1)] == "full" and v.dtype == out_dtype(st, sink_node)
+                      and v.width == g.concrete_shape(sink_node.id)[-1]), None)
+    if sink_leaf is not None:
+        sink_view = st.views[sink_node.id] = dying.pop(sink_leaf)
+    else:
+        sink_view = new_view(st, sink_node)
     borrowed: list = []
-    tiles = []
-    for i, step in enumerate(alt.steps[:-1]):
+    pending = {("in", leaf): ((v.tensor, v.base, f), f) for leaf, v in dying.items() if v.dtype == "float32"}
+    avail: dict[int, list] = {f: [], 1: []}
+    place: dict[int, tuple[str, Expr, int]] = {}  # step -> (tile, base, row-tile stride) of its result
+    junk: dict[int, tuple[str, Expr, int]] = {}
+    for i, step in enumerate(alt.steps):
+        for key, (slot, width) in list(pending.items()):  # values read for the last time by step i are dead
+            if last_read.get(key, -1) <= i:                 # for its writes
+                avail[width].append(slot)
+                del pending[key]
+        if step.opcode in ("activation_reduce", "tensor_scalar_reduce"):
+            if avail[f]:
+                junk[i] = avail[f].pop(0)
+            elif sink_leaf is None and kinds[("step", n - 1)] == "full" and i < n - 1:
+                junk[i] = (sink_view.tensor, sink_view.base, f)  # the sink's tile holds nothing yet
+            else:
+                junk[i] = _borrow(st, f"t{sink_node.id}_discard", f, borrowed, stride=0)
+            pending[("junk", i)] = (junk[i], f)
+        if i == n - 1:
+            break
         width = f if kinds[("step", i)] == "full" else 1
-        tiles.append(_borrow(st, f"t{sink_node.id}_s{i}", st.mb * width, borrowed))
-    needs_junk = any(s.opcode in ("activation_reduce", "tensor_scalar_reduce") for s in alt.steps)
-    junk = _borrow(st, f"t{sink_node.id}_discard", f, borrowed) if needs_junk else None
+        place[i] = avail[width].pop(0) if avail[width] else _borrow(st, f"t{sink_node.id}_s{i}", st.mb * width, borrowed,
+                                                                    stride=width)
+        pending[("step", i)] = (place[i], width)
     comment = f"group %{', %'.join(map(str, grp.nodes))}: {alt.describe()}"
 
     def emit(j: Expr, window: tuple[Expr, int] | None = None, override: dict[int, Ref] | None = None) -> list[Stmt]:
         results: list[Ref] = []
         out: list[Stmt] = []
         for i, step in enumerate(alt.steps):
-            last = i == len(alt.steps) - 1
             full = kinds[("step", i)] == "full"
             width = f if full else 1
             start, size = (window if (window and full) else (Expr.of(0), width))
-            if last:
+            if i == n - 1:
                 dst = sink_view.ref(j, st.tm, start, size)
             else:
-                dst = tile_ref(tiles[i].name, 0, st.tm, j_off(j, width) + start, size)
+                name, base, stride = place[i]
+                dst = tile_ref(name, 0, st.tm, base + j_off(j, stride) + start, size)
             args = [(k, _named(k, _arg(st, v, j, results, window, override or {}), step.opcode)) for k, v in step.args]
             if step.opcode in ("activation_reduce", "tensor_scalar_reduce"):
                 red = dict(step.args).get("reduce_op", "add")
                 args = [(k, v) for k, v in args if k != "reduce_op"] + [("reduce_op", _RED[red]), ("reduce_res", dst)]
-                dst = tile_ref(junk.name, 0, st.tm, 0, f)
+                name, base, stride = junk[i]
+                dst = tile_ref(name, 0, st.tm, base + j_off(j, stride), f)
             if step.opcode == "tensor_scalar" and step.engine in _ENGINE_ARG:
                 args.append(("engine", _ENGINE_ARG[step.engine]))
             if step.opcode == "tensor_reduce":
@@ -190,6 +225,24 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
     return emit
 
 
+def _dying_leaves(st: _State, grp: Any, f: int) -> dict[int, Any]:
+    """Full-width operands of the group whose slot nothing outside the group reads again."""
+    from axon.lower.elementwise import whole_slot
+
+    g = st.graph
+    done = st.__dict__.get("done", set())
+    out: dict[int, Any] = {}
+    for leaf in dict.fromkeys(l.node for l in grp.leaves):
+        v = st.views.get(leaf)
+        if v is None or st.roles.role.get(leaf) != "row" or v.width != f or not whole_slot(st, v):
+            continue
+        sharing = [nid for nid, w in st.views.items() if w.tensor == v.tensor]
+        if all(nid not in g.outputs and all(u.id in done or u.id in grp.nodes for u in g.nodes if nid in u.inputs)
+               for nid in sharing):
+            out[leaf] = v
+    return out
+
+
 def lower_group(st: _State, sink_node: Any) -> list[Stmt]:
     if sink_node.id in st.__dict__.get("evacuated", ()):
         return []  # already computed while its matmul's PSUM tiles were evacuated
@@ -199,17 +252,22 @@ def lower_group(st: _State, sink_node: Any) -> list[Stmt]:
     return stmts
 
 
-def _borrow(st: _State, stem: str, free: int, borrowed: list) -> Any:
-    """A float32 [tm, free] tile: a dead one from the pool when one fits, else a new one."""
+def _borrow(st: _State, stem: str, free: int, borrowed: list, stride: int) -> tuple[str, Expr, int]:
+    """A float32 [tm, free] slot: a dead one from the pool when one fits, else a new tile.
+
+    Returns (tile, base, stride): row tile j of the slot starts at base + j * stride."""
     pool = st.__dict__.setdefault("pool", [])
-    for name, key in pool:
-        if key == (free, "float32"):
-            pool.remove((name, key))
-            borrowed.append((name, key))
-            return next(a for a in st.allocs if a.name == name)
+    for entry in pool:
+        if entry[1] == (free, "float32"):
+            pool.remove(entry)
+            borrowed.append(entry)
+            return entry[0], entry[2], stride
+    from axon.lower.elementwise import own
+
     t = st.tile(stem, st.tm, free, "float32")
-    borrowed.append((t.name, (free, "float32")))
-    return t
+    own(st, t.name, free, "float32", Expr.of(0))
+    borrowed.append((t.name, (free, "float32"), Expr.of(0)))
+    return t.name, Expr.of(0), stride
 
 
 def _named(key: str, v: Any, opcode: str) -> Any:

@@ -275,7 +275,7 @@ def _lower_pass(p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str) -> tupl
         seq = st.__dict__.pop("seq")
         for key in ("views", "transposed"):
             getattr(st, key).clear()
-        for key in ("pt", "pool", "owned", "stored"):
+        for key in ("pt", "pool", "slots", "stored", "done"):
             st.__dict__.pop(key, None)
         if nblocks:
             st.__dict__["replay"] = iter(seq)
@@ -293,7 +293,7 @@ def _row_block(st: _State, p: Pass) -> list[Stmt]:
     from axon.lower.matmul import lower_matmul
 
     block: list[Stmt] = []
-    done: set[int] = set()
+    done: set[int] = st.__dict__.setdefault("done", set())  # nodes emitted so far (read by in-place decisions)
     for node in [n for n in p.graph.nodes if st.roles.role.get(n.id) == "row"]:
         block.extend(lower_matmul(st, node) if node.op == "matmul" else lower_node(st, node))
         if node.id in st.__dict__.get("internal", ()):

@@ -44,16 +44,18 @@ def prepare_weights(st: _State, mm: int) -> list[Stmt]:
     plans = st.__dict__.setdefault("wplan", {})
     dt = _weight_dtype(st, w)
     src_shape = g.concrete_shape(g.input(w.input).id)
+    scale = _scale_column(st, mm, w, k, tk, nk)
     if not w.transposed and st.knobs["weights"] != "resident":
         plans[mm] = ("stream", None)
-        return []
+        return scale
     res = st.tile(f"{w.input}_resident", tk, nk * n, dt)
     plans[mm] = ("resident", res.name)
     if not w.transposed:
         kt = Affine.of("i_k")
-        return [Loop("i_k", nk, (Instr("dma_copy", "dma", tile_ref(res.name, 0, tk, Expr.of(kt * n), n),
-                                      (("src", hbm_ref(st, w.input, w.bmap, Expr.of(kt * tk), tk, 0, n, src_shape)),),
-                                      f"{w.input} resident"),), "weight_k")]
+        tile = tile_ref(res.name, 0, tk, Expr.of(kt * n), n)
+        body: tuple[Stmt, ...] = (Instr("dma_copy", "dma", tile, (("src", hbm_ref(st, w.input, w.bmap, Expr.of(kt * tk), tk, 0, n, src_shape)),),
+                                        f"{w.input} resident"),) + _scaled(st, mm, tile, Expr.of(kt))
+        return scale + [Loop("i_k", nk, body, "weight_k")]
     # W = Y.T with Y [.., N, K] in HBM: chunks of <= 128 rows of Y become columns of W
     cs = min(PMAX, n)
     if n % cs:
@@ -72,7 +74,33 @@ def prepare_weights(st: _State, mm: int) -> list[Stmt]:
                   f"{w.input}.T on TensorE"),
             Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, tk, 0, cs)),)),
         ]
-    return [Loop("i_c", n // cs, (Loop("i_k", nk, tuple(inner), "weight_k"),), "weight_chunk")]
+    out = scale + [Loop("i_c", n // cs, (Loop("i_k", nk, tuple(inner), "weight_k"),), "weight_chunk")]
+    if w.scale is not None:
+        kt = Affine.of("i_k")
+        out.append(Loop("i_k", nk, _scaled(st, mm, tile_ref(res.name, 0, tk, Expr.of(kt * n), n), Expr.of(kt)), "weight_scale"))
+    return out
+
+
+def _scale_column(st: _State, mm: int, w: Weight, k: int, tk: int, nk: int) -> list[Stmt]:
+    """Load the [K] scale of a scaled weight as one column per K tile: g_col[p, t] = g[t * tk + p]."""
+    if w.scale is None:
+        return []
+    col = st.tile(f"{w.scale}_col", tk, nk, st.graph.input(w.scale).type.dtype)
+    st.__dict__.setdefault("wscale", {})[mm] = col.name
+    kt = Affine.of("i_k")
+    src = Ref(w.scale, ((Expr.of(kt * tk), tk), (Expr.of(0), 1)), (k, 1))
+    return [Loop("i_k", nk, (Instr("dma_copy", "dma", tile_ref(col.name, 0, tk, Expr.of(kt), 1), (("src", src),),
+                                   f"{w.scale} as one column per K tile"),), "scale_k")]
+
+
+def _scaled(st: _State, mm: int, tile: Ref, kt: Expr) -> tuple[Stmt, ...]:
+    """Row k of a weight K tile times its scale (a per-partition operand), in place; nothing unscaled."""
+    col = st.__dict__.get("wscale", {}).get(mm)
+    if col is None:
+        return ()
+    return (Instr("tensor_scalar", "vector", tile, (("data", tile), ("op0", "nl.multiply"),
+                                                    ("operand0", tile_ref(col, 0, tile.index[0][1], kt, 1))),
+                  "scale the weight's rows"),)
 
 
 def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
@@ -85,12 +113,18 @@ def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
     tm = st.tm
     role = st.roles.role[a]
     src_node = g.nodes[g.nodes[a].inputs[0]] if role == "rowT" else g.nodes[a]
-    aT = st.tile(f"t{a}_T", tk, st.mb * nk * tm, dt if role != "rowT" else src_node.type.dtype)
+    bufs = max(1, int(st.knobs["bufs"]))  # a row block's A^T rotates like its loaded tiles, so the next
+    slot = st.mb * nk * tm                 # block's transposes need not wait for this block's matmuls
+    aT = st.tile(f"t{a}_T", tk, bufs * slot, dt if role != "rowT" else src_node.type.dtype)
+    rotate = bufs > 1 and st.__dict__.get("tail_base") is None
+    base = Expr.of(Affine.of("i_r").modulo(bufs, slot)) if rotate else Expr.of(0)
     st.transposed[a] = aT.name
+    st.__dict__.setdefault("tbase", {})[a] = base
     kt = Affine.of("i_k")
+    pbufs = 2 if int(st.knobs.get("psum_bufs", 1)) > 1 else 1  # transposes alternate over two PSUM banks
 
     def body(j: Expr) -> list[Stmt]:
-        dst = tile_ref(aT.name, 0, tk, j_off(j, nk * tm) + kt * tm, tm)
+        dst = tile_ref(aT.name, 0, tk, base + j_off(j, nk * tm) + kt * tm, tm)
         rows = rows_expr(st, j)
         shape = g.concrete_shape(src_node.id)
         if role == "rowT":  # HBM [.., K, M]: already the stationary layout
@@ -100,13 +134,15 @@ def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
             src = hbm_ref(st, src_node.attr("name"), st.roles.bmap[a], rows, tm, Expr.of(kt * tk), tk, shape)
             inner = [Instr("dma_transpose", "dma", dst, (("src", src),), "stationary by DMA transpose")]
         else:
-            pt = st.__dict__.get("pt") or st.tile("transpose_psum", PMAX, BANK, "float32", "psum")
+            pt = st.__dict__.get("pt") or st.tile("transpose_psum", PMAX, BANK, "float32", "psum", tiles=pbufs if pbufs > 1 else 0)
             st.__dict__["pt"] = pt
             view = st.views[a]
             data = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + kt * tk, tk)
+            tp = (Ref(pt.name, ((Expr.of(kt.modulo(pt.tiles)), None), (Expr.of(0), tk), (Expr.of(0), tm))) if pt.tiles
+                  else tile_ref(pt.name, 0, tk, 0, tm))
             inner = [
-                Instr("nc_transpose", "tensor", tile_ref(pt.name, 0, tk, 0, tm), (("data", data),), "stationary on TensorE"),
-                Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, tk, 0, tm)),)),
+                Instr("nc_transpose", "tensor", tp, (("data", data),), "stationary on TensorE"),
+                Instr("tensor_copy", "vector", dst, (("src", tp),)),
             ]
         return [Loop("i_k", nk, tuple(inner), "stationary_k")]
 
@@ -121,6 +157,7 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
     wdt = _weight_dtype(st, w)
     out: list[Stmt] = _stationary(st, node, wdt)
     aT = st.transposed[node.inputs[0]]
+    aT_base = st.tbase[node.inputs[0]]
     tn = min(int(st.knobs["tile_n"]), n, BANK)
     kind, res = st.wplan[node.id]
     bufs = max(1, int(st.knobs["bufs"]))
@@ -143,29 +180,32 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
     direct = node.id in g.outputs and not any(node.id in u.inputs for u in g.nodes)
     # with a consumer group the group writes its own tile, reading this matmul's PSUM tile
     if group_emit is None and direct:
-        stage = st.tile(f"t{node.id}_stage", tm, tn, out_dtype(st, node))
+        stage = st.tile(f"t{node.id}_stage", tm, ntiles * tn, out_dtype(st, node))  # one slot per PSUM tile
         st.__dict__.setdefault("stored", set()).add(node.id)
         name = g.output_names[g.outputs.index(node.id)]
     elif group_emit is None:
         view = new_view(st, node)
     w_shape = g.concrete_shape(g.input(w.input).id)
 
-    def ps_ref(nvar: Expr, j: Expr, width: int, gi: Expr | None = None) -> Ref:
-        """Accumulator of row tile j for this n tile: one PSUM bank each (rotating over psum_bufs).
+    def bank(nvar: Expr, j: Expr, gi: Expr | None, unit: int) -> Expr:
+        """Which PSUM tile holds row tile j of this n tile, times `unit` (rotating over psum_bufs).
 
         Under K-outer order `nvar` is the rotation index (the n group) and `gi` the n tile in it."""
-        if ntiles == 1:
-            return tile_ref(ps.name, 0, tm, 0, width)
         idx = Expr.of(0)
         if pbufs > 1:
             lin = Affine()
             for part in nvar.parts:
                 lin = lin + part
-            idx = Expr.of(lin.modulo(pbufs, mb * group))
+            idx = Expr.of(lin.modulo(pbufs, mb * group * unit))
         if gi is not None:
-            idx = idx + _scale(gi, mb)
-        idx = idx + j
-        return Ref(ps.name, ((idx, None), (Expr.of(0), tm), (Expr.of(0), width)))
+            idx = idx + _scale(gi, mb * unit)
+        return idx + _scale(j, unit)
+
+    def ps_ref(nvar: Expr, j: Expr, width: int, gi: Expr | None = None) -> Ref:
+        """Accumulator of row tile j for this n tile: one PSUM bank each."""
+        if ntiles == 1:
+            return tile_ref(ps.name, 0, tm, 0, width)
+        return Ref(ps.name, ((bank(nvar, j, gi, 1), None), (Expr.of(0), tm), (Expr.of(0), width)))
 
     def rotation(nvar: Expr, kt: Expr, width: int) -> Expr:
         if bufs == 1:
@@ -177,7 +217,7 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
 
     def matmuls(acc: Callable[[Expr], Ref], moving: Ref, kt: Expr, first: bool) -> list[Stmt]:
         def mm(j: Expr) -> list[Stmt]:
-            stationary = tile_ref(aT, 0, tk, j_off(j, nk * tm) + _scale(kt, tm), tm)
+            stationary = tile_ref(aT, 0, tk, aT_base + j_off(j, nk * tm) + _scale(kt, tm), tm)
             return [Instr("nc_matmul", "tensor", acc(j),
                           (("stationary", stationary), ("moving", moving), ("accumulate", not first)))]
 
@@ -189,15 +229,16 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
             moving = tile_ref(wt.name, 0, tk, rotation(nvar, kt, tn), width)
             src = hbm_ref(st, w.input, w.bmap, _scale(kt, tk), tk, n0, width, w_shape)
             stmts.append(Instr("dma_copy", "dma", moving, (("src", src),), f"{w.input} tile"))
+            stmts.extend(_scaled(st, node.id, moving, kt))
         else:
             moving = tile_ref(res, 0, tk, _scale(kt, n) + n0, width)
         return stmts + matmuls(lambda j: ps_ref(nvar, j, width), moving, kt, first)
 
-    def evac(src: Ref, n0: Expr, width: int, j: Expr) -> list[Stmt]:
+    def evac(src: Ref, n0: Expr, width: int, j: Expr, slot: Expr) -> list[Stmt]:
         if group_emit is not None:  # PSUM evacuated by the consumer's own first instruction
             return group_emit(j, (n0, width), {node.id: src})
-        if direct:
-            dst = tile_ref(stage.name, 0, tm, 0, width)
+        if direct:  # the stage rotates with the PSUM tiles: the next evacuation need not wait for this store
+            dst = tile_ref(stage.name, 0, tm, slot if ntiles > 1 else 0, width)
         else:
             dst = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + n0, width)
         if st.knobs["evac"] == "scalar":
@@ -215,7 +256,7 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
         if nk > 1:
             kvar = Expr.of(Affine.of("i_k")) + 1
             stmts.append(Loop("i_k", nk - 1, tuple(k_step(n0, width, kvar, nvar, False)), "contraction"))
-        return stmts + for_j(st, lambda j: evac(ps_ref(nvar, j, width), n0, width, j))
+        return stmts + for_j(st, lambda j: evac(ps_ref(nvar, j, width), n0, width, j, bank(nvar, j, None, tn)))
 
     def group_body(gvar: Expr) -> list[Stmt]:
         """K outer, n inner: `group` n tiles accumulate at once; one DMA brings the group's moving block."""
@@ -227,8 +268,9 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
             if kind == "stream":
                 rot = rotation(gvar, kt, group * tn)
                 src = hbm_ref(st, w.input, w.bmap, _scale(kt, tk), tk, gn0, group * tn, w_shape)
-                stmts.append(Instr("dma_copy", "dma", tile_ref(wt.name, 0, tk, rot, group * tn), (("src", src),),
-                                   f"{w.input} block of {group} n tiles"))
+                block = tile_ref(wt.name, 0, tk, rot, group * tn)
+                stmts.append(Instr("dma_copy", "dma", block, (("src", src),), f"{w.input} block of {group} n tiles"))
+                stmts.extend(_scaled(st, node.id, block, kt))
                 moving = tile_ref(wt.name, 0, tk, rot + _scale(gi, tn), tn)
             else:
                 moving = tile_ref(res, 0, tk, _scale(kt, n) + gn0 + _scale(gi, tn), tn)
@@ -239,7 +281,7 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
         if nk > 1:
             stmts.append(Loop("i_k", nk - 1, tuple(k_group(Expr.of(Affine.of("i_k")) + 1, False)), "contraction"))
         n0 = gn0 + _scale(gi, tn)
-        ev = for_j(st, lambda j: evac(ps_ref(gvar, j, tn, gi), n0, tn, j))
+        ev = for_j(st, lambda j: evac(ps_ref(gvar, j, tn, gi), n0, tn, j, bank(gvar, j, gi, tn)))
         return stmts + [Loop("i_n", group, tuple(ev), "n_in_group")]
 
     if group > 1:

@@ -38,11 +38,16 @@ _MATH = NumpyMath()
 
 @dataclass(frozen=True)
 class Weight:
-    """How a matmul's moving operand is read: `input` [.., K, N] or `transposed` from [.., N, K]."""
+    """How a matmul's moving operand is read: `input` [.., K, N] or `transposed` from [.., N, K].
+
+    `scale` names a [K] input multiplying row k of the weight (g[:, None] * W, the form a per-column
+    gain of the row operand takes once moved across the matmul): applied on chip, per partition of
+    each K tile, after the weight is loaded."""
 
     input: str
     transposed: bool
     bmap: tuple[Affine, ...]
+    scale: str | None = None
 
 
 @dataclass
@@ -147,7 +152,7 @@ def _row_operand(roles: Roles, node: Node, i: int) -> None:
 
 def _visit(roles: Roles, node: Node) -> None:
     g, role = roles.graph, roles.role[node.id]
-    if role in ("scalar", "bcast", "rowT", "tload", "weight"):
+    if role in ("scalar", "bcast", "rowT", "tload", "weight", "wscale"):
         return
     op, rank = node.op, node.type.rank
     bmap = roles.bmap[node.id]
@@ -206,20 +211,38 @@ def _swaps_last_two(node: Node) -> bool:
     return tuple(axes) == tuple(range(n - 2)) + (n - 1, n - 2)
 
 
-def _weight(roles: Roles, nid: int, bmap: tuple[Affine, ...], transposed: bool) -> Weight:
+def _weight(roles: Roles, nid: int, bmap: tuple[Affine, ...], transposed: bool, scale: str | None = None) -> Weight:
     g = roles.graph
     node = g.nodes[nid]
     if node.op == "input":
         roles.role.setdefault(nid, "weight")
-        return Weight(node.attr("name"), transposed, bmap)
+        return Weight(node.attr("name"), transposed, bmap, scale)
     if node.op == "repeat" and node.attr("axis") < node.type.rank - 2:
         reps = node.attr("repeats").evaluate(g.bindings)
         sub = list(bmap)
         sub[node.attr("axis")] = sub[node.attr("axis")].floordiv(reps)
-        return _weight(roles, node.inputs[0], tuple(sub), transposed)
-    if node.op == "transpose" and _swaps_last_two(node) and not transposed:
-        return _weight(roles, node.inputs[0], bmap, True)
+        return _weight(roles, node.inputs[0], tuple(sub), transposed, scale)
+    if node.op == "transpose" and _swaps_last_two(node):
+        return _weight(roles, node.inputs[0], bmap, not transposed, scale)
+    vec = _k_scale(g, node) if transposed and scale is None else None
+    if vec is not None:  # read as W.T, this node's last axis is K: a per-row scale of W
+        roles.role.setdefault(vec.id, "wscale")
+        other = next(i for i in node.inputs if i != vec.id)
+        return _weight(roles, other, bmap, transposed, vec.attr("name"))
     raise NeedCut(nid)
+
+
+def _k_scale(g: Graph, node: Node) -> Node | None:
+    """The [K] input of `mul(Y, v)` that scales Y's last axis, if v is read nowhere else."""
+    if node.op != "mul" or len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
+        return None
+    for i in node.inputs:
+        v = g.nodes[i]
+        users = [u for u in g.nodes if i in u.inputs]
+        if v.op == "input" and len(g.concrete_shape(i)) == 1 and g.concrete_shape(i)[0] == g.concrete_shape(node.id)[-1] \
+                and len(users) == 1:
+            return v
+    return None
 
 
 # cutting into passes -----------------------------------------------------------------------------

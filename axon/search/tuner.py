@@ -121,6 +121,7 @@ class Tuner:
         self.on_trial = on_trial
         self.storage = storage
         self._by_point: dict[str, Record] = {}
+        self._checked: dict[tuple[str, str], bool] = {}
 
     @property
     def task(self) -> str:
@@ -157,13 +158,31 @@ class Tuner:
                                    status=m.status, error=m.error, measurement=m.as_dict())
         return self.db.add(record), "measured"
 
+    def _current(self, record: Record) -> bool:
+        """Whether `record` is the kernel the current code emits for its point (not one measured with
+        an earlier lowering: the same point may emit a different kernel after an upgrade)."""
+        key = (record.kernel_hash, point_key(record.point))
+        if key not in self._checked:
+            try:
+                self._checked[key] = self.problem.build(record.point).kernel_hash == record.kernel_hash
+            except AxonError:
+                self._checked[key] = False
+        return self._checked[key]
+
+    def _best(self) -> Record | None:
+        """The fastest measured kernel of this task that the current code still emits."""
+        ok = sorted((r for r in self.db.records(task=self.task) if r.status == "ok" and r.latency_ns is not None),
+                    key=lambda r: r.latency_ns)
+        return next((r for r in ok if self._current(r)), None)
+
     def run(self) -> TuneResult:
         cfg, start = self.config, time.perf_counter()
         for r in self.db.records(task=self.task):
             self._by_point.setdefault(point_key(r.point), r)
         if self.model is not None and self.config.sampler == "costmodel" and len(self._training_records()) >= 2:
             self.model.fit(self._training_records())
-        sampler = make_sampler(cfg.sampler, self.problem, self.model, cfg.seed, lambda p: point_key(p) in self._by_point)
+        sampler = make_sampler(cfg.sampler, self.problem, self.model, cfg.seed,
+                               lambda p: point_key(p) in self._by_point and self._current(self._by_point[point_key(p)]))
         name = cfg.study_name or f"{self.task}:{cfg.sampler}:seed{cfg.seed}"
         study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True)
         dists = self.problem.distributions()
@@ -209,5 +228,5 @@ class Tuner:
                 break
         counts = {s: sum(1 for l in logs if l.status == s) for s in ("measured", "reused", "infeasible", "error")}
         settings = sampler.settings() if hasattr(sampler, "settings") else {"sampler": cfg.sampler, "seed": cfg.seed}
-        return TuneResult(self.db.best(self.task), tuple(logs), time.perf_counter() - start, name,
+        return TuneResult(self._best(), tuple(logs), time.perf_counter() - start, name,
                           counts["measured"], counts["reused"], counts["infeasible"] + counts["error"], settings)

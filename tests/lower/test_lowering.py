@@ -182,3 +182,41 @@ def test_loop_order_that_applies_to_no_matmul_is_rejected():
     space = Space(graph, HW)
     reason = space.validate({**space.default_point().as_dict(), "loop_order": "kn4"})
     assert reason is not None and reason.startswith("loop_order:")
+
+
+def _variant(name, moves, **dims):
+    from axon.search.api import verified_variants
+
+    graph = get(name).graph("small", **dims)
+    return next(v for v in verified_variants(graph) if [m.name for m in v.moves] == moves)
+
+
+@pytest.mark.parametrize("extra", [{"weights": "resident"}, {"weights": "stream"},
+                                   {"weights": "resident", "bufs": 2, "psum_bufs": 2, "m_block": 2}])
+def test_gain_folded_into_the_weights_is_scaled_on_chip(extra):
+    """g moved onto w (g[:, None] * w): one pass, w's K tiles scaled by g per partition, no HBM scratch."""
+    v = _variant("rmsnorm_matmul", ["move-factor-across", "hoist-factor"])
+    point = {**Space(v, HW, isel={}).default_point().as_dict(), **extra}
+    prog, src = _check(v, point, "float32")
+    assert not prog.scratch and "scale the weight's rows" in src and "g.reshape" in src
+
+
+def test_dead_slots_are_reused_so_double_buffered_layernorm_fits():
+    """At N=8192 fp32 a row is 32 KB per partition: the centred row, the discarded squares and the
+    output take over dead slots (the output the rotating load's), so bufs=2 fits in SBUF."""
+    v = _variant("layernorm", ["fold-scale"], N=8192)
+    point = {**Space(v, HW, isel={}).default_point().as_dict(), "bufs": 2}
+    prog, src = _check(v, point, "float32")
+    sbuf = prog.point["_sbuf_peak"]
+    assert sbuf <= HW.memory.sbuf_bytes_per_partition
+    assert sbuf < 6 * 8192 * 4  # two broadcast vectors, two load slots and one scratch row (plus small tiles)
+    store = next(line for line in src.splitlines() if "# store out" in line)
+    assert "% 2" in store  # the output lives in the rotating slot of the load
+
+
+def test_stationary_tiles_and_store_stage_rotate():
+    graph = get("matmul").graph("small")
+    point = {**Space(graph, HW).default_point().as_dict(), "bufs": 2, "psum_bufs": 2, "transpose": "pe"}
+    prog, src = _check(graph, point, "float32")
+    transposes = [line for line in src.splitlines() if "nisa.tensor_copy" in line and "transpose_psum" in line]
+    assert transposes and all("(i_r) % 2" in line for line in transposes)

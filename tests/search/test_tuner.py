@@ -97,3 +97,30 @@ def test_corrupt_record_database_is_one_clear_line(tmp_path):
 def test_neuron_backend_exits_2_here(tmp_path):
     result = run_axon("tune", "softmax", "--preset", "small", "--backend", "neuron", "--workdir", str(tmp_path), "--quiet")
     assert result.returncode == 2 and "backend 'neuron' cannot run here" in result.stderr
+
+
+def test_records_of_an_earlier_lowering_are_neither_reused_nor_reported(tmp_path):
+    """After an upgrade the same point can emit another kernel: a record whose kernel is not what the
+    current code emits for its point must not count as measured, nor be reported as the best."""
+    import dataclasses
+
+    from axon.measure.backend import SimBackend
+    from axon.search.api import verified_variants
+    from axon.search.problem import LoweredProblem
+    from axon.search.tuner import TuneConfig, Tuner
+    from axon.target import load_hw
+    from axon.workloads import get
+
+    graph = get("rmsnorm").graph("small")
+    problem = LoweredProblem("rmsnorm", graph, load_hw("trn1"), verified_variants(graph), "float32")
+    db = RecordDB(tmp_path / "records.db")
+    tuner = Tuner(problem, SimBackend(), db, TuneConfig(trials=1, sampler="random", seed=0))
+    point = problem.default_point()
+    fresh, how = tuner._measure(point)
+    assert how == "measured" and fresh.status == "ok"
+    # the same point, as an older lowering emitted it: another kernel, implausibly fast
+    db.add(dataclasses.replace(fresh, id=None, created=None, kernel_hash="0" * 24, latency_ns=1.0))
+    again = Tuner(problem, SimBackend(), db, TuneConfig(trials=1, sampler="random", seed=0))
+    result = again.run()
+    assert result.best is not None and result.best.kernel_hash != "0" * 24
+    assert result.best.latency_ns == fresh.latency_ns
