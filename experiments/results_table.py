@@ -15,6 +15,7 @@ max_speedup=D expert_min=E rmsnorm_matmul_vs_expert=F roofline70=N/20
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -106,6 +107,7 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
     return row
 
 
+@functools.cache
 def lowering_hash() -> str:
     """Hash of the lowering's source (axon/lower without the expert kernels, which have their own)."""
     import hashlib

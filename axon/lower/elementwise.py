@@ -171,19 +171,25 @@ def lower_node(st: _State, node: Node) -> list[Stmt]:
 
 def reuse_operand_tile(st: _State, node: Node) -> View | None:
     """Write in place over an operand slot that nothing else reads again (keeps big rows within SBUF)."""
-    g = st.graph
-    f = g.concrete_shape(node.id)[-1]
-    done = st.__dict__.get("done", set())
+    f = st.graph.concrete_shape(node.id)[-1]
     for i in node.inputs:
         v = st.views.get(i)
-        if v is None or not whole_slot(st, v) or v.width != f or v.dtype != out_dtype(st, node):
-            continue
-        sharing = [nid for nid, w in st.views.items() if w.tensor == v.tensor]
-        if all(nid not in g.outputs and all(u.id in done or u.id == node.id for u in g.nodes if nid in u.inputs)
-               for nid in sharing):
+        if v is not None and v.width == f and v.dtype == out_dtype(st, node) and slot_dies(st, v, {node.id}):
             st.views[node.id] = v
             return v
     return None
+
+
+def slot_dies(st: _State, v: View, readers: set[int]) -> bool:
+    """Whether the whole owned slot under view `v` is dead once `readers` have read it: no value
+    in it is an output or has a reader other than `readers` that is not emitted yet."""
+    if not whole_slot(st, v):
+        return False
+    g = st.graph
+    done = st.__dict__.get("done", set())
+    sharing = [nid for nid, w in st.views.items() if w.tensor == v.tensor]
+    return all(nid not in g.outputs and all(u.id in done or u.id in readers for u in g.nodes if nid in u.inputs)
+               for nid in sharing)
 
 
 def _only_matmul_left(st: _State, node: Node) -> bool:

@@ -227,18 +227,13 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
 
 def _dying_leaves(st: _State, grp: Any, f: int) -> dict[int, Any]:
     """Full-width operands of the group whose slot nothing outside the group reads again."""
-    from axon.lower.elementwise import whole_slot
+    from axon.lower.elementwise import slot_dies
 
-    g = st.graph
-    done = st.__dict__.get("done", set())
+    readers = set(grp.nodes)
     out: dict[int, Any] = {}
     for leaf in dict.fromkeys(l.node for l in grp.leaves):
         v = st.views.get(leaf)
-        if v is None or st.roles.role.get(leaf) != "row" or v.width != f or not whole_slot(st, v):
-            continue
-        sharing = [nid for nid, w in st.views.items() if w.tensor == v.tensor]
-        if all(nid not in g.outputs and all(u.id in done or u.id in grp.nodes for u in g.nodes if nid in u.inputs)
-               for nid in sharing):
+        if v is not None and st.roles.role.get(leaf) == "row" and v.width == f and slot_dies(st, v, readers):
             out[leaf] = v
     return out
 
