@@ -109,12 +109,14 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
 
 @functools.cache
 def lowering_hash() -> str:
-    """Hash of the lowering's source (axon/lower without the expert kernels, which have their own)."""
+    """Hash of the source that decides which kernel a point emits: axon/lower (without the expert
+    kernels, which have their own hash) and axon/synth (the instruction sequences a group offers)."""
     import hashlib
 
-    root = Path(__file__).resolve().parent.parent / "axon" / "lower"
+    root = Path(__file__).resolve().parent.parent / "axon"
     h = hashlib.sha256()
-    for f in sorted(p for p in root.rglob("*.py") if "expert" not in p.relative_to(root).parts):
+    files = [p for sub in ("lower", "synth") for p in (root / sub).rglob("*.py")]
+    for f in sorted(p for p in files if "expert" not in p.relative_to(root).parts):
         h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 

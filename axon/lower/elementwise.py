@@ -41,12 +41,16 @@ def new_view(st: _State, node: Node, stem: str = "") -> View:
     return v
 
 
-def own(st: _State, name: str, size: int, dtype: str, base: Expr) -> None:
+def own(st: _State, name: str, size: int, dtype: str, base: Expr, rotates: bool = False) -> None:
     """Record `name` as a slot this block may recycle: `size` elements per partition at `base`.
 
     A rotating multi-buffered load is one slot whose base moves with the row block, so a value that
-    takes it over once the load is dead (an in-place result, the output) rotates with it."""
+    takes it over once the load is dead (an in-place result, the output) rotates with it. `rotates`
+    says so also in the ragged last block, which does not rotate but must reuse slots as the main
+    block does (it replays the main block's allocations)."""
     st.__dict__.setdefault("slots", {})[name] = (size, dtype, base)
+    if rotates:
+        st.__dict__.setdefault("rotating", set()).add(name)
 
 
 def owned(st: _State) -> dict[str, tuple[int, str, Expr]]:
@@ -81,7 +85,7 @@ def load_input(st: _State, node: Node) -> list[Stmt]:
     base = Expr.of(Affine.of("i_r").modulo(bufs, st.mb * f)) if rotate else Expr.of(0)
     v = View(t.name, f, base, f, t.dtype)
     st.views[node.id] = v
-    own(st, t.name, st.mb * f, t.dtype, base)
+    own(st, t.name, st.mb * f, t.dtype, base, rotates=bufs > 1)
 
     def body(j: Expr) -> list[Stmt]:
         src = hbm_ref(st, node.attr("name"), st.roles.bmap[node.id], rows_expr(st, j), st.tm, 0, f, shape)
@@ -185,7 +189,9 @@ def slot_dies(st: _State, v: View, readers: set[int]) -> bool:
     in it is an output or has a reader other than `readers` that is not emitted yet."""
     if not whole_slot(st, v):
         return False
-    g = st.graph
+    if st.__dict__.get("reuse") == "rotating" and v.tensor not in st.__dict__.get("rotating", ()):
+        return False  # a fixed slot taken over would live until its new value is read: the next
+    g = st.graph      # row block's writer would wait for that (see `lower`)
     done = st.__dict__.get("done", set())
     sharing = [nid for nid, w in st.views.items() if w.tensor == v.tensor]
     return all(nid not in g.outputs and all(u.id in done or u.id in readers for u in g.nodes if nid in u.inputs)

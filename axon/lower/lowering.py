@@ -127,6 +127,20 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
     >>> prog.stats().instructions["dma"] > 0
     True
     """
+    try:
+        return _lower(variant, point, hw, reuse="rotating")
+    except Rejected as exc:
+        if not str(exc).startswith("sbuf:"):
+            raise
+        return _lower(variant, point, hw, reuse="all")
+
+
+def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
+    """`lower` with a slot-reuse policy. A value may take over the slot of an operand read for the
+    last time; "rotating" allows it only for slots that rotate with the row block (a fixed slot
+    taken over stays live until its new value is read, so the next row block's writer of the
+    operand waits for that: two pipeline stages become one). "all" reuses any dead slot, which
+    `lower` falls back to where the point does not fit SBUF otherwise."""
     from axon.lower.passes import normalize
 
     original = graph_of(variant)
@@ -141,7 +155,7 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
     kernel_allocs: list[Tensor] = []  # on-chip buffers are shared by passes (allocated once, reused)
     for i, p in enumerate(passes):
         prefix = f"p{i}_" if len(passes) > 1 else ""
-        stmts, allocs = _lower_pass(p, knobs, hw, prefix)
+        stmts, allocs = _lower_pass(p, knobs, hw, prefix, reuse)
         stmts = _share_buffers(stmts, allocs, kernel_allocs)
         body.append(Comment(f"pass {i}: computes {', '.join(p.writes)}"))
         body.extend(stmts)
@@ -244,7 +258,7 @@ def _cuts(graph: Graph, fusion: Any) -> set[int]:
 # one pass ----------------------------------------------------------------------------------------
 
 
-def _lower_pass(p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str) -> tuple[list[Stmt], list[Tensor]]:
+def _lower_pass(p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all") -> tuple[list[Stmt], list[Tensor]]:
     g = p.graph
     roles = classify(g)
     rows = roles.rows
@@ -255,6 +269,7 @@ def _lower_pass(p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str) -> tupl
     if rows % (tm * mb) and mb > 1:
         raise Rejected(f"m_block: {rows} rows of {g.name} are not a multiple of tile_m*m_block={tm * mb}")
     st = _State(prefix, knobs, hw, g, roles, tm, mb)
+    st.__dict__["reuse"] = reuse
     from axon.lower.fused import plan_groups
 
     plan_groups(st, p.origin)

@@ -29,6 +29,9 @@ _IR_TO_ACT = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tan
               "silu": "silu", "gelu": "gelu_apprx_tanh", "relu": "relu", "square": "square", "abs": "abs",
               "reciprocal": "reciprocal"}
 _PREP_ACTS = ("rsqrt", "reciprocal", "sqrt")
+# The most IR ops one instruction computes: activation(op, data * scale + bias) is three, and a
+# per-row prep may add one. Larger pieces are not searched (no form could match them).
+MAX_PIECE_OPS = 4
 
 
 @dataclass(frozen=True)
@@ -214,9 +217,8 @@ def _forms(piece: _Piece, kinds: Mapping[int, str], consts: list[float], acts: t
                 yield Step("tensor_scalar", engine, base)
             for op1, s1 in itertools.product(ALU_OPS, slots):
                 yield Step("tensor_scalar", "vector", base + (("op1", op1), ("operand1", s1)))
-        for t, op1 in itertools.product(tiles, ALU_OPS):
-            if t != d:
-                yield Step("scalar_tensor_tensor", "vector", (("data", d), ("op0", op0), ("operand0", s), ("op1", op1), ("operand1", t)))
+        for t, op1 in itertools.product(tiles, ALU_OPS):  # t may be d itself: (p * c) + p is one instruction
+            yield Step("scalar_tensor_tensor", "vector", (("data", d), ("op0", op0), ("operand0", s), ("op1", op1), ("operand1", t)))
     pairs = [(a, b) for a in tiles for b in tiles] + [(a, b) for a in vecs for b in vecs]
     for (a, b), op in itertools.product(pairs, ALU_OPS + ("maximum",)):
         yield Step("tensor_tensor", "vector", (("data1", a), ("data2", b), ("op", op)))
@@ -340,7 +342,7 @@ def _piece_solutions(piece: _Piece, checker: _Checker, kinds: Mapping[int, str],
     return found
 
 
-def synthesize_instructions(group: FusedGroup, hw: Any = None, max_instructions: int = 3,
+def synthesize_instructions(group: FusedGroup, hw: Any = None, max_instructions: int = 6,
                             per_piece: int = 3, max_alternatives: int = 6, max_checks: int = 60_000) -> list[Alternative]:
     """Verified instruction sequences for `group`, fewest instructions first.
 
@@ -359,26 +361,33 @@ def synthesize_instructions(group: FusedGroup, hw: Any = None, max_instructions:
     checker.max_checks = max_checks  # a bounded search: what is found within the budget is offered
     internal = [n for n in group.nodes if n != group.sink]
     results: list[tuple[int, tuple[Step, ...]]] = []
+    memo: dict[tuple, list[list[Step]]] = {}  # a piece recurs in many cuts: search it once
+    first = None  # the fewest cuts that gave a sequence
     for r in range(0, min(len(internal), max_instructions - 1) + 1):
+        if first is not None and r > max(2, first + 1):
+            break  # more cuts only give longer sequences
         for cut in itertools.combinations(internal, r):
             pieces = _tree_pieces(group, frozenset(cut))
-            if any(p.root not in group.nodes for p in pieces):
+            if any(p.root not in group.nodes or len(p.members) > MAX_PIECE_OPS for p in pieces):
                 continue
             env = dict(checker.env)
             for p in pieces:  # pieces are in node order: a cut's value is known before its users
                 env[p.root] = _node_value(checker.np, g, p.root, env)
             per = []
             for p in pieces:
-                red = group.reduce if p.root == group.sink else None
-                sols = _piece_solutions(p, checker, kinds, acts, red, env, per_piece)
-                if not sols:
+                key = (p.root, p.inputs, p.members)
+                if key not in memo:
+                    red = group.reduce if p.root == group.sink else None
+                    memo[key] = _piece_solutions(p, checker, kinds, acts, red, env, per_piece)
+                if not memo[key]:
                     break
-                per.append((p, sols))
+                per.append((p, memo[key]))
             else:
-                for combo in itertools.product(*(s for _, s in per)):
+                for combo in itertools.islice(itertools.product(*(s for _, s in per)), 4 * max_alternatives):
                     seq = _link([p for p, _ in per], list(combo))
                     if len(seq) <= max_instructions:
                         results.append((len(seq), tuple(seq)))
+                        first = r if first is None else first
     seen, out = set(), []
     for _, seq in sorted(results, key=lambda t: (t[0], _engine_cost(t[1]), sum(len(s.args) for s in t[1]))):
         if seq not in seen:
