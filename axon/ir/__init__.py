@@ -2,7 +2,7 @@
 
 from axon.ir.builder import GraphBuilder, broadcast_shapes, infer_type
 from axon.ir.dims import Dim, parse_dim, parse_shape, shape_str
-from axon.ir.evaluate import evaluate, random_inputs
+from axon.ir.evaluate import evaluate, max_rel_error, random_inputs, reference_case
 from axon.ir.graph import DTYPE_BYTES, DTYPES, Graph, Node, TensorType
 from axon.ir.stats import flops, matmul_flops, min_bytes
 from axon.ir.trace import trace
@@ -20,10 +20,12 @@ __all__ = [
     "flops",
     "infer_type",
     "matmul_flops",
+    "max_rel_error",
     "min_bytes",
     "parse_dim",
     "parse_shape",
     "random_inputs",
+    "reference_case",
     "shape_str",
     "trace",
 ]

@@ -82,3 +82,37 @@ def random_inputs(graph: Graph, seed: int = 0, low: float = -1.0, high: float = 
     graph.check_bound()
     rng = np.random.default_rng(seed)
     return {n.attr("name"): rng.uniform(low, high, n.type.concrete(graph.bindings)) for n in graph.inputs}
+
+
+def reference_case(graph: Graph, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Random inputs and the float64 reference outputs on them: what a kernel is checked against.
+
+    Inputs are uniform in [-1, 1]. Where that leaves a reference output undefined (a NaN: adamw's
+    square root of a negative second moment), they are drawn from [0.05, 1] instead, so that every
+    output element is a number the kernel has to reproduce.
+    """
+    inputs = random_inputs(graph, seed)
+    expected = evaluate(graph, inputs)
+    if any(np.isnan(v).any() for v in expected.values()):
+        inputs = random_inputs(graph, seed, low=0.05, high=1.0)
+        expected = evaluate(graph, inputs)
+    return inputs, expected
+
+
+def max_rel_error(got: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> float:
+    """The largest max|got - ref| / max|ref| over the outputs of `expected`.
+
+    Infinite when an output is missing or has another size, or when a NaN or infinity appears in
+    `got` where the reference has a number: a NaN never compares as a small error.
+    """
+    worst = 0.0
+    for name, ref in expected.items():
+        if name not in got or np.size(got[name]) != ref.size:
+            return float("inf")
+        value = np.asarray(got[name], dtype=np.float64).reshape(ref.shape)
+        defined = np.isfinite(ref)
+        if not np.isfinite(value[defined]).all():
+            return float("inf")
+        scale = max(float(np.max(np.abs(ref[defined]), initial=0.0)), 1e-30)
+        worst = max(worst, float(np.max(np.abs(value[defined] - ref[defined]), initial=0.0)) / scale)
+    return worst

@@ -19,7 +19,7 @@ import numpy as np
 
 from axon import __version__
 from axon.errors import AxonError, SpecError
-from axon.ir import Graph, evaluate, flops, min_bytes
+from axon.ir import Graph, flops, min_bytes
 from axon.measure.backend import get_backend, kernel_hash, write_kernel
 from axon.measure.records import RecordDB
 from axon.search.costmodel import CostModel
@@ -130,7 +130,7 @@ def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: fl
     tiling code runs on real numbers.
     """
     from axon import nki
-    from axon.ir import random_inputs
+    from axon.ir import max_rel_error, reference_case
 
     graph = problem.graph
     dims = dict(graph.bindings)
@@ -148,18 +148,13 @@ def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: fl
     if reason is not None:
         raise AxonError(f"the best point cannot be checked at {dims}: {reason}")
     cand = problem.build(point)
-    inputs = random_inputs(graph, seed)
-    expected = evaluate(graph, inputs)
+    inputs, expected = reference_case(graph, seed)
     path = write_kernel(cand.source)
     fn = nki.load_kernel(f"{path}:{cand.kernel}")
     arrays = [inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype) for n in graph.input_names]
     out = nki.run(fn, *arrays, hw=problem.hw)
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    worst = 0.0
-    for name, value in zip(graph.output_names, outs):
-        ref = expected[name]
-        got = np.asarray(value, dtype=np.float64).reshape(ref.shape)
-        worst = max(worst, float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30)))
+    worst = max_rel_error(dict(zip(graph.output_names, outs)), expected)
     return NumericsCheck(dims, worst, tolerance(problem.dtype))
 
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from axon.ir import max_rel_error, reference_case
 from axon.lower import Rejected, lower
 from axon.lower.emit import emit
 from axon.lower.interpret import interpret
@@ -16,7 +17,7 @@ from axon.lower.space import Point, Space
 from axon.target import load_hw
 from axon.workloads import all_workloads, get, names
 
-from .conftest import TOL, inputs_and_reference, rel_err
+from .conftest import TOL
 from .nki_shim import run_source
 
 HW = load_hw("trn1")
@@ -35,9 +36,9 @@ def _check(variant, point, dtype):
     graph = getattr(variant, "graph", variant)
     src = emit(prog)
     compile(src, f"{graph.name}.py", "exec")
-    x, ref = inputs_and_reference(graph)
+    x, ref = reference_case(graph)
     out = interpret(prog, x)
-    assert rel_err(out, ref) <= TOL[dtype], (graph.name, point)
+    assert max_rel_error(out, ref) <= TOL[dtype], (graph.name, point)
     args = [x[t.name] for t in prog.inputs]
     emu = _emulator()
     if emu is not None:
@@ -46,7 +47,7 @@ def _check(variant, point, dtype):
     else:  # until axon.nki.run exists: the emitted source itself, on the NumPy stand-in
         res = run_source(src, *args, dtypes=tuple(t.dtype for t in prog.inputs))
     got = {name: np.asarray(r, dtype=np.float64) for name, r in zip(prog.output_names, res)}
-    assert rel_err(got, ref) <= TOL[dtype], (graph.name, "emitted source", point)
+    assert max_rel_error(got, ref) <= TOL[dtype], (graph.name, "emitted source", point)
     return prog, src
 
 

@@ -124,3 +124,30 @@ def test_records_of_an_earlier_lowering_are_neither_reused_nor_reported(tmp_path
     result = again.run()
     assert result.best is not None and result.best.kernel_hash != "0" * 24
     assert result.best.latency_ns == fresh.latency_ns
+
+
+def test_numerics_check_exercises_every_output_element_of_adamw(monkeypatch):
+    """[-1, 1] inputs make adamw's reference NaN (sqrt of a negative v): the check must not pass on NaNs."""
+    import math
+
+    import numpy as np
+
+    import axon.nki
+    from axon.search.api import numerics_check, verified_variants
+    from axon.search.problem import LoweredProblem
+    from axon.target import load_hw
+    from axon.workloads import get
+
+    graph = get("adamw").graph("small")
+    problem = LoweredProblem("adamw", graph, load_hw("trn1"), verified_variants(graph), "float32")
+    check = numerics_check(problem, problem.default_point())
+    assert math.isfinite(check.max_rel_err) and check.ok
+
+    real_run = axon.nki.run
+
+    def nan_theta(*args, **kwargs):  # the kernel as it ran, with its theta output lost to NaNs
+        theta, *rest = real_run(*args, **kwargs)
+        return (np.full_like(theta, np.nan), *rest)
+
+    monkeypatch.setattr(axon.nki, "run", nan_theta)
+    assert not numerics_check(problem, problem.default_point()).ok
