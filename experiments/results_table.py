@@ -54,6 +54,12 @@ class UnfusedProblem(LoweredProblem):
     def mutate(self, point, rng):
         return self._pin(super().mutate(point, rng))
 
+    def neighbours(self, point):
+        out = {}
+        for p in map(self._pin, super().neighbours(point)):
+            out.setdefault(json.dumps(p, sort_keys=True, default=str), p)
+        return list(out.values())
+
     def default_point(self, index=0):
         return self.unfused_point(index)
 
@@ -75,7 +81,7 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
     row = json.loads(cache.read_text()) if cache.exists() else None
     if row is not None and row.get("lowering") != lowering_hash():
         if not cached_only:
-            row = None  # the lowering changed since this row was tuned: tune it again
+            row = None  # the lowering or the search changed since this row was tuned: tune it again
         else:
             row["stale"] = True  # kept, and marked as such in the table
     if row is not None:
@@ -109,13 +115,15 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
 
 @functools.cache
 def lowering_hash() -> str:
-    """Hash of the source that decides which kernel a point emits: axon/lower (without the expert
-    kernels, which have their own hash) and axon/synth (the instruction sequences a group offers)."""
+    """Hash of the source that decides which kernels a row measures: axon/lower (without the expert
+    kernels, which have their own hash) and axon/synth (the instruction sequences a group offers),
+    which decide the kernel a point emits, and the search (sampler, cost model, features, tuner),
+    which decides the points that 24 trials visit."""
     import hashlib
 
     root = Path(__file__).resolve().parent.parent / "axon"
     h = hashlib.sha256()
-    files = [p for sub in ("lower", "synth") for p in (root / sub).rglob("*.py")]
+    files = [p for sub in ("lower", "synth", "search") for p in (root / sub).rglob("*.py")]
     for f in sorted(p for p in files if "expert" not in p.relative_to(root).parts):
         h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
@@ -160,7 +168,7 @@ def main() -> None:
             print(f"{hw_name} {w.name}: " + (f"axon {r['axon_ns'] / 1e3:,.1f} us" if r.get("axon_ns") else r.get("error", "")[:200]), flush=True)
     write_table(rows, args)
     fresh = sum(1 for r in rows if r.get("axon_ns") and not r.get("stale"))
-    print(f"rows tuned with the current lowering: {fresh}/{len(rows)}")
+    print(f"rows tuned with the current lowering and search: {fresh}/{len(rows)}")
     trn1 = [r for r in rows if r["hw"] == "trn1" and r.get("axon_ns")]
     single = [ratio(r["unfused_default_ns"], r["axon_ns"]) for r in trn1 if r["kind"] == "single"]
     multi = [ratio(r["unfused_default_ns"], r["axon_ns"]) for r in trn1 if r["kind"] == "multi"]
@@ -188,25 +196,25 @@ def write_table(rows, args) -> None:
              "`python experiments/results_table.py`.", ""]
     for hw_name in args.hw.split(","):
         lines += [f"## {hw_name}", "",
-                  "| workload | kind | axon (us) | unfused-default (us) | unfused-tuned (us) | expert (us) | roofline (us) | vs default | vs unfused-tuned | vs expert | of roofline | moves | tuning s |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| workload | kind | axon (us) | unfused-default (us) | unfused-tuned (us) | expert (us) | roofline (us) | vs default | vs unfused-tuned | vs expert | of roofline | moves | tuning s | trials |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r["hw"] != hw_name:
                 continue
             if "error" in r and r["error"].startswith("LookupError"):
-                lines.append(f"| {r['workload']} | {r['kind']} | not measured yet |" + " |" * 10)
+                lines.append(f"| {r['workload']} | {r['kind']} | not measured yet |" + " |" * 11)
                 continue
             if "error" in r:
-                lines.append(f"| {r['workload']} | {r['kind']} | failed: {r['error'][:120]} |" + " |" * 10)
+                lines.append(f"| {r['workload']} | {r['kind']} | failed: {r['error'][:120]} |" + " |" * 11)
                 continue
             lines.append("| " + " | ".join([
                 r["workload"] + (" †" if r.get("stale") else ""), r["kind"], us(r["axon_ns"]), us(r["unfused_default_ns"]), us(r["unfused_tuned_ns"]), us(r["expert_ns"]),
                 us(r["roofline_ns"]), x(r["unfused_default_ns"], r["axon_ns"]), x(r["unfused_tuned_ns"], r["axon_ns"]),
                 x(r["expert_ns"], r["axon_ns"]), f"{r['roofline_ns'] / r['axon_ns']:.0%}", " + ".join(r["moves"]) or "-",
-                f"{r['tuning_s']:.0f}"]) + " |")
+                f"{r['tuning_s']:.0f}", str(r.get("trials", ""))]) + " |")
         lines.append("")
     if any(r.get("stale") for r in rows):
-        lines += ["† tuned with an earlier version of the lowering (its kernels differ from what the current code emits); "
+        lines += ["† tuned with an earlier version of the lowering or of the search (its kernels or the points its trials visit differ from the current code's); "
                   "`python experiments/results_table.py` re-tunes these rows.", ""]
     (RESULTS / "results_table.md").write_text("\n".join(lines))
     try:

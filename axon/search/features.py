@@ -54,8 +54,18 @@ def _as_trace_instr(ins: Any, tensors: Mapping[str, Any]) -> TraceInstr:
                       reads, (_access(ins.dst, tensors),), 0, attrs=tuple(attrs))
 
 
-def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, min_bytes: float = 0.0) -> dict[str, float]:
-    """Shape-generic features of `program` (an `axon.lower.TileProgram`) on `hw`."""
+def _lg_ratio(x: float) -> float:
+    return math.log2(max(x, 1e-6))
+
+
+def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, min_bytes: float = 0.0,
+                     roofline_ns: float = 0.0) -> dict[str, float]:
+    """Shape-generic features of `program` (an `axon.lower.TileProgram`) on `hw`.
+
+    With the task's `roofline_ns`, the engine and DMA estimates are also given as log ratios to it
+    (`*_over_roof`): a kernel at twice its task's bound looks the same at every shape, which is what
+    lets a model trained on some shapes rank the points of another.
+    """
     tensors = program.tensors()
     busy = {e: 0.0 for e in ENGINES}
     counts = {e: 0 for e in ENGINES + ("dma",)}
@@ -121,6 +131,13 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
     f["intensity_log"] = _lg(matmul_flops / max(dma["bytes"], 1.0))
     f["traffic_over_min"] = dma["bytes"] / max(min_bytes, 1.0)
     f["scratch_tensors"] = float(len(program.scratch))
+    if roofline_ns > 0:
+        f["bound_over_roof"] = _lg_ratio(bound / roofline_ns)
+        f["dma_over_roof"] = _lg_ratio(dma_time / roofline_ns)
+        f["dma_fixed_over_roof"] = _lg_ratio(dma["fixed_ns"] / (hw.dma.engines * hw.dma.queues_per_engine) / roofline_ns)
+        f["sum_busy_over_roof"] = _lg_ratio((sum(busy.values()) + dma_time) / roofline_ns)
+        for e in ENGINES:
+            f[f"busy_{e}_over_roof"] = _lg_ratio(busy[e] / roofline_ns)
     for op in OPCODES:
         f[f"op_{op}_log"] = _lg(opcodes.get(op, 0))
     point = dict(program.point)

@@ -22,6 +22,7 @@ from axon.lower.emit import emit
 from axon.lower.space import Space
 from axon.measure.backend import kernel_hash
 from axon.search.features import program_features
+from axon.search.roofline import roofline
 from axon.search.sampler import point_key
 from axon.search.tuner import Candidate
 from axon.target import HardwareSpec
@@ -48,6 +49,7 @@ class LoweredProblem:
             raise AxonError(f"{workload}: no variant can be lowered: {self.skipped[0][1]}")
         self._flops = float(matmul_flops(graph))
         self._min_bytes = float(min_bytes(graph))
+        self._roofline_ns = roofline(graph, hw).bound_ns
         choices: dict[str, list[Any]] = {}
         for space in self.spaces:
             for knob in space.knobs:
@@ -106,6 +108,22 @@ class LoweredProblem:
         knobs[knob.name] = knob.choices[int(rng.integers(len(knob.choices)))]
         return self.complete(index, knobs)
 
+    def neighbours(self, point: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every point one step from `point`: one knob of its variant set to another choice, or
+        another variant with the knobs they share carried over (the rest at that variant's default)."""
+        index, knobs = self._split(point)
+        out = []
+        for knob in self.spaces[index].knobs:
+            for choice in knob.choices:
+                if choice != knobs.get(knob.name):
+                    out.append(self.complete(index, {**knobs, knob.name: choice}))
+        for other in range(len(self.variants)):
+            if other != index:
+                base = self.spaces[other].default_point().as_dict()
+                base.update({k: v for k, v in knobs.items() if k in base})
+                out.append(self.complete(other, base))
+        return out
+
     # lowering --------------------------------------------------------------------------------------
     def _lower_key(self, key: str) -> Any:
         import json
@@ -131,7 +149,7 @@ class LoweredProblem:
         prog = self.program(point)
         if isinstance(prog, str):
             return {}
-        f = program_features(prog, self.hw, self._flops, self._min_bytes)
+        f = program_features(prog, self.hw, self._flops, self._min_bytes, self._roofline_ns)
         index, _ = self._split(point)
         f["variant_moves"] = float(len(getattr(self.variants[index], "moves", ())))
         return f

@@ -6,6 +6,7 @@ import hashlib
 
 import numpy as np
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution
 
 from axon.measure.records import Record
@@ -107,3 +108,26 @@ def test_pretrained_model_skips_the_random_start():
     study = optuna.create_study(sampler=sampler)
     trial = study.ask(space.distributions())
     assert sampler.last_prediction is not None  # scored by the model, not a random warm-up point
+
+
+def test_blend_is_by_rank_so_one_extreme_prediction_cannot_outvote_the_prior():
+    from axon.search.sampler import _quantiles
+
+    assert list(_quantiles(np.array([3.0, 1.0, 2.0, 2.0, 5.0]))) == [0.75, 0.0, 0.375, 0.375, 1.0]
+
+    class Model:
+        pretrained, is_trained = False, True
+
+        @staticmethod
+        def predict(feats):  # candidate 0 an outlier, the others in the prior's order
+            return np.array([100.0, 0.3, 0.2, 0.1])
+
+    sampler = CostModelSampler(ToySpace(), Model(), features, prior="bound_log", prior_records=8.0)
+    feats = [{"bound_log": b} for b in (9.0, 1.0, 2.0, 3.0)]  # candidate 0 has by far the worst bound
+    early = sampler._scores(feats, n_done=2, use_model=True)  # prior weight 0.8
+    assert int(np.argmax(early)) == 1
+    late = sampler._scores(feats, n_done=200, use_model=True)  # prior weight 0.04: the model decides
+    assert int(np.argmax(late)) == 0
+    Model.pretrained = True  # a pretrained model has half the say on a new task's first asks
+    first = sampler._scores(feats, n_done=0, use_model=True)
+    assert first[0] == pytest.approx(0.5) and first[1] == pytest.approx(0.5 * 2 / 3 + 0.5)

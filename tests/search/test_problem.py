@@ -1,0 +1,38 @@
+"""LoweredProblem's search space: one-step neighbourhoods and roofline-relative features."""
+
+from __future__ import annotations
+
+from axon.search.api import verified_variants
+from axon.search.problem import LoweredProblem
+from axon.target import load_hw
+from axon.workloads import get
+
+
+def _problem(name: str, **dims) -> LoweredProblem:
+    graph = get(name).graph("small", **dims)
+    return LoweredProblem(name, graph, load_hw("trn1"), verified_variants(graph), "float32")
+
+
+def test_neighbours_are_every_one_knob_move_and_every_other_variant():
+    problem = _problem("rmsnorm_matmul")
+    point = problem.default_point()
+    index, knobs = problem._split(point)
+    neighbours = problem.neighbours(point)
+    keys = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in neighbours}
+    assert len(keys) == len(neighbours)  # no duplicates
+    same_variant = [p for p in neighbours if p["variant"] == index]
+    for p in same_variant:  # exactly one knob of the variant changed
+        changed = [k for k in knobs if p[k] != knobs[k]]
+        assert len(changed) == 1
+    expected = sum(len(k.choices) - 1 for k in problem.spaces[index].knobs)
+    assert len(same_variant) == expected
+    assert sorted({p["variant"] for p in neighbours if p["variant"] != index}) == [
+        i for i in range(len(problem.variants)) if i != index]
+
+
+def test_roofline_relative_features_do_not_depend_on_the_shape_alone():
+    """The same kernel structure at twice the rows is at the same distance from its roofline."""
+    small, large = _problem("softmax", M=256), _problem("softmax", M=512)
+    f_small, f_large = small.features(small.default_point()), large.features(large.default_point())
+    assert f_large["bound_log"] > f_small["bound_log"]  # absolute estimates grow with the shape
+    assert abs(f_large["bound_over_roof"] - f_small["bound_over_roof"]) < 0.1
