@@ -28,6 +28,7 @@ from axon.measure.backend import SimBackend, kernel_hash  # noqa: E402
 from axon.measure.records import RecordDB  # noqa: E402
 from axon.search.api import expert_latency, tune  # noqa: E402
 from axon.search.problem import LoweredProblem  # noqa: E402
+from axon.search.sampler import point_key  # noqa: E402
 from axon.search.tuner import TuneConfig, Tuner  # noqa: E402
 from axon.target import load_hw  # noqa: E402
 from axon.workloads import all_workloads  # noqa: E402
@@ -57,7 +58,7 @@ class UnfusedProblem(LoweredProblem):
     def neighbours(self, point):
         out = {}
         for p in map(self._pin, super().neighbours(point)):
-            out.setdefault(json.dumps(p, sort_keys=True, default=str), p)
+            out.setdefault(point_key(p), p)
         return list(out.values())
 
     def default_point(self, index=0):
@@ -79,7 +80,7 @@ def geomean(xs):
 def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bool = False) -> dict:
     cache = work / "rows" / f"{w.name}_{hw_name}_{trials}_{seed}.json"
     row = json.loads(cache.read_text()) if cache.exists() else None
-    if row is not None and row.get("lowering") != lowering_hash():
+    if row is not None and row.get("lowering") != tuning_code_hash():
         if not cached_only:
             row = None  # the lowering or the search changed since this row was tuned: tune it again
         else:
@@ -93,28 +94,28 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
     if cached_only:
         raise LookupError("not measured yet (--cached-only)")
     start = time.perf_counter()
-    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=work, track=False, study=f"table:{w.name}:{hw_name}:{seed}:{lowering_hash()}")
+    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=work, track=False, study=f"table:{w.name}:{hw_name}:{seed}:{tuning_code_hash()}")
     tuning_s = time.perf_counter() - start
     hw = load_hw(hw_name)
     graph = w.graph("default")
     unfused = UnfusedProblem(w.name + "#unfused_tuned", graph, hw, [Original(graph)], "float32")
     db = RecordDB(work / "records.db")
     result = Tuner(unfused, SimBackend(), db, TuneConfig(trials=trials, sampler="costmodel", seed=seed,
-                                                         study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{lowering_hash()}"), storage=None).run()
+                                                         study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{tuning_code_hash()}"), storage=None).run()
     row = {
         "workload": w.name, "kind": w.kind, "hw": hw_name, "axon_ns": report.best_latency_ns,
         "unfused_default_ns": report.unfused_ns, "unfused_tuned_ns": result.best.latency_ns if result.best else None,
         "expert_ns": report.expert_ns, "roofline_ns": report.roofline_ns, "moves": list(report.moves),
         "point": report.best_description, "tuning_s": tuning_s, "trials": trials,
         "numerics_ok": report.numerics.ok if report.numerics else None, "expert_hash": _expert_hash(w.name),
-        "lowering": lowering_hash(),
+        "lowering": tuning_code_hash(),
     }
     _store(cache, row)
     return row
 
 
 @functools.cache
-def lowering_hash() -> str:
+def tuning_code_hash() -> str:
     """Hash of the source that decides which kernels a row measures: axon/lower (without the expert
     kernels, which have their own hash) and axon/synth (the instruction sequences a group offers),
     which decide the kernel a point emits, and the search (sampler, cost model, features, tuner),
