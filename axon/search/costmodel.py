@@ -79,7 +79,8 @@ class CostModel:
     False
     """
 
-    def __init__(self, rounds: int = 80, max_depth: int = 6, eta: float = 0.2, seed: int = 0, nthread: int = 1) -> None:
+    def __init__(self, rounds: int = 80, max_depth: int = 6, eta: float = 0.2, seed: int = 0, nthread: int = 1,
+                 replicas: int = 5, replica_max_records: int = 512) -> None:
         self.rounds = rounds
         self.params = {
             "objective": "reg:squarederror",
@@ -96,6 +97,10 @@ class CostModel:
         self.base_booster = None  # a warm-start model: new training continues from it
         self.last_accuracy: Accuracy | None = None
         self.n_trained = 0
+        # bootstrap replicas, refitted with the model while a task has few records: their spread is
+        # how unsure the model is about a point (the sampler's exploration bonus)
+        self.n_replicas, self.replica_max_records = replicas, replica_max_records
+        self.replicas: list = []
 
     @property
     def is_trained(self) -> bool:
@@ -143,6 +148,14 @@ class CostModel:
         dtrain = xgb.DMatrix(X[train], label=labels[train], weight=np.maximum(labels[train], 1e-3), feature_names=self.feature_names)
         self.booster = xgb.train(self.params, dtrain, num_boost_round=self.rounds, xgb_model=self.base_booster)
         self.n_trained = int(train.sum())
+        self.replicas = []
+        if self.n_replicas and self.n_trained <= self.replica_max_records:
+            rng = np.random.default_rng(self.params["seed"] + self.n_trained)
+            rows = np.flatnonzero(train)
+            for _ in range(self.n_replicas):
+                pick = rng.choice(rows, size=len(rows), replace=True)
+                d = xgb.DMatrix(X[pick], label=labels[pick], weight=np.maximum(labels[pick], 1e-3), feature_names=self.feature_names)
+                self.replicas.append(xgb.train(self.params, d, num_boost_round=self.rounds, xgb_model=self.base_booster))
         accuracy = None
         if held.any():
             scores = self.predict([r.features for r, h in zip(ok, held) if h])
@@ -158,6 +171,16 @@ class CostModel:
         if booster is None or not features:
             return np.zeros(len(features))
         return booster.predict(xgb.DMatrix(self._matrix(features), feature_names=self.feature_names))
+
+    def predict_spread(self, features: Sequence[Mapping[str, float]]) -> np.ndarray | None:
+        """Standard deviation of the bootstrap replicas' predictions: small where the records pin the
+        model down (next to measured kernels), large where it extrapolates. None without replicas."""
+        import xgboost as xgb
+
+        if not self.replicas or not features:
+            return None
+        d = xgb.DMatrix(self._matrix(features), feature_names=self.feature_names)
+        return np.std([b.predict(d) for b in self.replicas], axis=0)
 
     def evaluate(self, records: Sequence[Record]) -> Accuracy:
         ok = [r for r in records if r.status == "ok" and r.latency_ns]

@@ -72,6 +72,8 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
     opcodes: dict[str, int] = {}
     dma = {"ns": 0.0, "bytes": 0.0, "transfers": 0, "fixed_ns": 0.0}
     trips = {"loops": 0, "iterations": 0}
+    # NC-v2 shared ports: VectorE/GpSimd reading SBUF exclude each other, as do VectorE/ScalarE touching PSUM
+    ports = {"sbuf": 0.0, "psum": 0.0}
     cache: dict[int, tuple[str, float, float, float]] = {}
 
     def cost(ins: Any) -> tuple[str, float, float, float]:
@@ -105,6 +107,10 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
                     dma["fixed_ns"] += mult * fixed
                 else:
                     busy[engine] += mult * ns
+                    if hw.ports.vector_gpsimd_share_sbuf and engine in ("vector", "gpsimd") and any(tensors[r.tensor].buffer == "sbuf" for r in s.reads):
+                        ports["sbuf"] += mult * ns
+                    if hw.ports.vector_scalar_share_psum and engine in ("vector", "scalar") and any(tensors[r.tensor].buffer == "psum" for r in s.reads + (s.dst,)):
+                        ports["psum"] += mult * ns
 
     walk(program.body, 1)
     # engine-time spread over the DMA engines, capped below by the core's HBM bandwidth
@@ -123,6 +129,15 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
     f["dma_transfers_log"] = _lg(dma["transfers"])
     f["dma_bytes_per_transfer_log"] = _lg(dma["bytes"] / max(dma["transfers"], 1))
     f["bound_log"] = _lg(bound)
+    port_bound = max(bound, ports["sbuf"], ports["psum"])
+    f["port_bound_log"] = _lg(port_bound)
+    f["port_psum_share"] = ports["psum"] / bound
+    f["port_sbuf_share"] = ports["sbuf"] / bound
+    # the bound assumes loads overlap compute; with one buffer per loaded tile the next load waits
+    # for this tile's last reader, so DMA and the busiest engine largely add up instead
+    single_buffered = int(dict(program.point).get("bufs", 2) or 2) < 2
+    overlap_bound = dma_time + max(busy.values()) if single_buffered else bound
+    f["overlap_bound_log"] = _lg(max(overlap_bound, 1.0))
     f["sum_busy_over_bound"] = (sum(busy.values()) + dma_time) / bound
     f["sbuf_fraction"] = stats.sbuf_bytes_per_partition / hw.memory.sbuf_bytes_per_partition
     f["psum_fraction"] = stats.psum_bytes_per_partition / hw.memory.psum_bytes_per_partition
@@ -133,6 +148,7 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
     f["scratch_tensors"] = float(len(program.scratch))
     if roofline_ns > 0:
         f["bound_over_roof"] = _lg_ratio(bound / roofline_ns)
+        f["overlap_bound_over_roof"] = _lg_ratio(overlap_bound / roofline_ns)
         f["dma_over_roof"] = _lg_ratio(dma_time / roofline_ns)
         f["dma_fixed_over_roof"] = _lg_ratio(dma["fixed_ns"] / (hw.dma.engines * hw.dma.queues_per_engine) / roofline_ns)
         f["sum_busy_over_roof"] = _lg_ratio((sum(busy.values()) + dma_time) / roofline_ns)

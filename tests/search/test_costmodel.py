@@ -80,3 +80,17 @@ def test_freeze_makes_the_model_a_warm_start():
     model.freeze()
     assert model.pretrained and model.is_trained
     assert np.allclose(model.predict([r.features for r in _records(128, 5, 3)]), before)
+
+
+def test_replica_spread_is_small_on_the_records_and_off_without_replicas():
+    recs = _records(128, 40, 0)
+    model = CostModel(rounds=30, replicas=5)
+    assert model.predict_spread([recs[0].features]) is None  # untrained
+    model.fit(recs, holdout=0.0)
+    seen = model.predict_spread([r.features for r in recs])
+    far = model.predict_spread([{"tile": 3.0 + i, "depth": -2.0, "log_m": 7.0} for i in range(5)])
+    assert seen is not None and len(seen) == 40 and np.all(seen >= 0)
+    assert far.mean() > seen.mean()  # unsure away from what it was trained on
+    bare = CostModel(rounds=30, replicas=0)
+    bare.fit(recs, holdout=0.0)
+    assert bare.predict_spread([recs[0].features]) is None

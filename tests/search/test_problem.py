@@ -36,3 +36,15 @@ def test_roofline_relative_features_do_not_depend_on_the_shape_alone():
     f_small, f_large = small.features(small.default_point()), large.features(large.default_point())
     assert f_large["bound_log"] > f_small["bound_log"]  # absolute estimates grow with the shape
     assert abs(f_large["bound_over_roof"] - f_small["bound_over_roof"]) < 0.1
+
+
+def test_single_buffered_loads_do_not_overlap_in_the_prior():
+    """With one buffer per loaded tile the next load waits for the last reader of this one, so the
+    prior adds DMA to the busiest engine; with rotating buffers it is the overlapped bound."""
+    problem = _problem("layernorm_matmul")
+    point = problem.default_point()
+    one = problem.features({**point, "bufs": 1})
+    two = problem.features({**point, "bufs": 2})
+    assert two["overlap_bound_log"] == two["bound_log"]
+    assert one["overlap_bound_log"] > one["bound_log"]
+    assert one["overlap_bound_log"] > two["overlap_bound_log"]
