@@ -157,7 +157,8 @@ class CostModelSampler(BaseSampler):
 
         The prior ranks by the bound the features estimate from the program (`overlap_bound_log`:
         the busiest engine or the DMA time, or their sum where loaded tiles have a single buffer,
-        since then the next load waits for the tile's last reader). The model's score is its
+        since then the next load waits for the tile's last reader, and at least TensorE's time plus
+        the PSUM evacuations where accumulators have a single buffer). The model's score is its
         prediction plus `spread_weight` times the spread of its bootstrap replicas (an upper
         confidence bound): once the model has seen the best kernel, its copies that only flip an
         instruction choice are predicted as good as the best with no spread, and without the bonus
