@@ -73,8 +73,9 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
     dma = {"ns": 0.0, "bytes": 0.0, "transfers": 0, "fixed_ns": 0.0}
     trips = {"loops": 0, "iterations": 0}
     # NC-v2 shared ports: VectorE/GpSimd reading SBUF exclude each other, as do VectorE/ScalarE touching PSUM
+    # (ports["psum"] counts VectorE/ScalarE PSUM time on every generation: it is also the evacuation
+    # time a single PSUM buffer serializes with TensorE)
     ports = {"sbuf": 0.0, "psum": 0.0}
-    evacuation = {"ns": 0.0}  # VectorE/ScalarE time reading or writing PSUM, whatever the ports
     cache: dict[int, tuple[str, float, float, float]] = {}
 
     def cost(ins: Any) -> tuple[str, float, float, float]:
@@ -110,11 +111,8 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
                     busy[engine] += mult * ns
                     if hw.ports.vector_gpsimd_share_sbuf and engine in ("vector", "gpsimd") and any(tensors[r.tensor].buffer == "sbuf" for r in s.reads):
                         ports["sbuf"] += mult * ns
-                    touches_psum = any(tensors[r.tensor].buffer == "psum" for r in s.reads + (s.dst,))
-                    if engine in ("vector", "scalar") and touches_psum:
-                        evacuation["ns"] += mult * ns
-                        if hw.ports.vector_scalar_share_psum:
-                            ports["psum"] += mult * ns
+                    if engine in ("vector", "scalar") and any(tensors[r.tensor].buffer == "psum" for r in s.reads + (s.dst,)):
+                        ports["psum"] += mult * ns
 
     walk(program.body, 1)
     # engine-time spread over the DMA engines, capped below by the core's HBM bandwidth
@@ -133,9 +131,11 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
     f["dma_transfers_log"] = _lg(dma["transfers"])
     f["dma_bytes_per_transfer_log"] = _lg(dma["bytes"] / max(dma["transfers"], 1))
     f["bound_log"] = _lg(bound)
-    port_bound = max(bound, ports["sbuf"], ports["psum"])
+    evacuation = ports["psum"]
+    shared_psum = evacuation if hw.ports.vector_scalar_share_psum else 0.0
+    port_bound = max(bound, ports["sbuf"], shared_psum)
     f["port_bound_log"] = _lg(port_bound)
-    f["port_psum_share"] = ports["psum"] / bound
+    f["port_psum_share"] = shared_psum / bound
     f["port_sbuf_share"] = ports["sbuf"] / bound
     # the bound assumes loads overlap compute; with one buffer per loaded tile the next load waits
     # for this tile's last reader, so DMA and the busiest engine largely add up instead; with one
@@ -143,7 +143,7 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
     point = dict(program.point)
     overlap_bound = dma_time + max(busy.values()) if int(point.get("bufs", 2) or 2) < 2 else bound
     if int(point.get("psum_bufs", 2) or 2) < 2:
-        overlap_bound = max(overlap_bound, busy["tensor"] + evacuation["ns"])
+        overlap_bound = max(overlap_bound, busy["tensor"] + evacuation)
     f["overlap_bound_log"] = _lg(max(overlap_bound, 1.0))
     f["sum_busy_over_bound"] = (sum(busy.values()) + dma_time) / bound
     f["sbuf_fraction"] = stats.sbuf_bytes_per_partition / hw.memory.sbuf_bytes_per_partition
