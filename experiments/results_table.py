@@ -6,7 +6,12 @@ For each of the 20 workloads at its default shape, on trn1 and trn2, with the si
 - expert: the hand-written kernels of `axon.lower.expert` (where one exists);
 - roofline: max(TensorE time at peak, HBM time of the minimum bytes);
 - axon: full search over verified variants x schedule space (cost-model sampler).
-Records go to one RecordDB (experiments/results/work/), so a re-run only measures what is new.
+Each row is tuned from a fresh start: records go to a RecordDB per hardware and version of the
+tuning code (experiments/results/work/tuning/<code hash>-<hw>/), so no row starts from the
+records of an earlier sampler or lowering, and the table comes out the same from a clean work
+directory. Within one table the rows share it, in the table's order (a later row's cost model
+trains on the records of the rows before it, as a nightly sweep's does); an interrupted table
+resumes where it stopped.
 
 Last line (trn1): geomean_single_vs_default=A geomean_multi_vs_default=B geomean_multi_vs_unfused_tuned=C
 max_speedup=D expert_min=E rmsnorm_matmul_vs_expert=F roofline70=N/20
@@ -94,12 +99,13 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
     if cached_only:
         raise LookupError("not measured yet (--cached-only)")
     start = time.perf_counter()
-    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=work, track=False, study=f"table:{w.name}:{hw_name}:{seed}:{tuning_code_hash()}")
+    tuning = work / "tuning" / f"{tuning_code_hash()}-{hw_name}"
+    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=tuning, track=False, study=f"table:{w.name}:{hw_name}:{seed}:{tuning_code_hash()}")
     tuning_s = time.perf_counter() - start
     hw = load_hw(hw_name)
     graph = w.graph("default")
     unfused = UnfusedProblem(w.name + "#unfused_tuned", graph, hw, [Original(graph)], "float32")
-    db = RecordDB(work / "records.db")
+    db = RecordDB(tuning / "records.db")
     result = Tuner(unfused, SimBackend(), db, TuneConfig(trials=trials, sampler="costmodel", seed=seed,
                                                          study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{tuning_code_hash()}"), storage=None).run()
     row = {

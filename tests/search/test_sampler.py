@@ -131,3 +131,34 @@ def test_blend_is_by_rank_so_one_extreme_prediction_cannot_outvote_the_prior():
     Model.pretrained = True  # a pretrained model has half the say on a new task's first asks
     first = sampler._scores(feats, n_done=0, use_model=True)
     assert first[0] == pytest.approx(0.5) and first[1] == pytest.approx(0.5 * 2 / 3 + 0.5)
+
+
+def test_novelty_is_the_scaled_distance_to_the_nearest_measured_point():
+    from axon.search.sampler import _novelty
+
+    known = [{"a": 0.0, "b": 0.0}, {"a": 10.0, "b": 1000.0}]
+    cands = [{"a": 0.0, "b": 0.0}, {"a": 10.0, "b": 1000.0}, {"a": 5.0, "b": 0.0}, {"a": 0.0, "b": 500.0}]
+    d = _novelty(cands, known)
+    assert d[0] == 0.0 and d[1] == 0.0  # copies of measured points
+    assert d[2] == pytest.approx(d[3])  # half the spread of `a` counts as much as half the spread of `b`
+    assert d[2] > 0
+
+
+def test_novelty_moves_the_ask_off_near_copies_of_the_best_measured_point():
+    class Model:
+        pretrained, is_trained = False, True
+
+        @staticmethod
+        def predict(feats):  # the near-copy of the best predicted a little better than the new structure
+            return np.array([1.0, 0.95] + [0.1 * i for i in range(1, 9)])
+
+    known = [{"bound_log": 0.0, "x": 0.0}]
+    # candidate 0 differs from the measured point by 0.01 in one feature, candidate 1 by 5; the
+    # others are near-copies the model likes less; the prior agrees with the model
+    xs = [0.01, 5.0] + [0.01 * i for i in range(2, 10)]
+    feats = [{"bound_log": float(i), "x": x} for i, x in enumerate(xs)]
+    plain = CostModelSampler(ToySpace(), Model(), features, prior="bound_log", novelty=0.0)
+    assert int(np.argmax(plain._scores(feats, n_done=40, use_model=True, known=known))) == 0
+    novel = CostModelSampler(ToySpace(), Model(), features, prior="bound_log", novelty=0.6)
+    assert int(np.argmax(novel._scores(feats, n_done=40, use_model=True, known=known))) == 1
+    assert int(np.argmax(novel._scores(feats, n_done=40, use_model=True))) == 0  # nothing measured: no bonus
