@@ -99,22 +99,23 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
     if cached_only:
         raise LookupError("not measured yet (--cached-only)")
     start = time.perf_counter()
-    tuning = work / "tuning" / f"{tuning_code_hash()}-{hw_name}"
-    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=tuning, track=False, study=f"table:{w.name}:{hw_name}:{seed}:{tuning_code_hash()}")
+    code = tuning_code_hash()
+    tuning = work / "tuning" / f"{code}-{hw_name}"
+    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=tuning, track=False, study=f"table:{w.name}:{hw_name}:{seed}:{code}")
     tuning_s = time.perf_counter() - start
     hw = load_hw(hw_name)
     graph = w.graph("default")
     unfused = UnfusedProblem(w.name + "#unfused_tuned", graph, hw, [Original(graph)], "float32")
     db = RecordDB(tuning / "records.db")
     result = Tuner(unfused, SimBackend(), db, TuneConfig(trials=trials, sampler="costmodel", seed=seed,
-                                                         study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{tuning_code_hash()}"), storage=None).run()
+                                                         study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{code}"), storage=None).run()
     row = {
         "workload": w.name, "kind": w.kind, "hw": hw_name, "axon_ns": report.best_latency_ns,
         "unfused_default_ns": report.unfused_ns, "unfused_tuned_ns": result.best.latency_ns if result.best else None,
         "expert_ns": report.expert_ns, "roofline_ns": report.roofline_ns, "moves": list(report.moves),
         "point": report.best_description, "tuning_s": tuning_s, "trials": trials,
         "numerics_ok": report.numerics.ok if report.numerics else None, "expert_hash": _expert_hash(w.name),
-        "lowering": tuning_code_hash(),
+        "lowering": code,
     }
     _store(cache, row)
     return row

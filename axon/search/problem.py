@@ -8,7 +8,7 @@ sampler scores many candidates and validation lowers too.
 
 from __future__ import annotations
 
-
+import json
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -58,6 +58,7 @@ class LoweredProblem:
         self._dists = {"variant": CategoricalDistribution(tuple(range(len(self.variants))))}
         self._dists.update({k: CategoricalDistribution(tuple(v)) for k, v in sorted(choices.items())})
         self._lowered = lru_cache(maxsize=4096)(self._lower_key)
+        self._featured = lru_cache(maxsize=4096)(self._features_key)
 
     # the search space ------------------------------------------------------------------------------
     def distributions(self) -> dict[str, CategoricalDistribution]:
@@ -126,8 +127,6 @@ class LoweredProblem:
 
     # lowering --------------------------------------------------------------------------------------
     def _lower_key(self, key: str) -> Any:
-        import json
-
         index, knobs = self._split(json.loads(key))
         space = self.spaces[index]
         for k in space.knobs:
@@ -146,6 +145,12 @@ class LoweredProblem:
         return result if isinstance(result, str) else None
 
     def features(self, point: Mapping[str, Any]) -> dict[str, float]:
+        """The cost model's features of `point` (a copy: the sampler asks again for the same points
+        every ask, the best's neighbours and the measured ones, so they are cached like lowering)."""
+        return dict(self._featured(point_key(point)))
+
+    def _features_key(self, key: str) -> dict[str, float]:
+        point = json.loads(key)
         prog = self.program(point)
         if isinstance(prog, str):
             return {}

@@ -104,7 +104,6 @@ class CostModelSampler(BaseSampler):
         self.neighbourhoods = neighbourhoods
         self.spread_weight = spread_weight
         self.novelty = novelty
-        self._feature_cache: dict[str, Mapping[str, float]] = {}
         self.last_prediction: float | None = None
 
     def settings(self) -> dict[str, Any]:
@@ -163,19 +162,13 @@ class CostModelSampler(BaseSampler):
             cands = [p for k, p in pool.items() if k not in seen and self.space.validate(p) is None and not self._was_measured(p)]
             if cands:
                 feats = [self.features(p) for p in cands]
-                known = [self._cached_features(p) for _, p in done] if self.novelty else []
+                known = [self.features(p) for _, p in done] if self.novelty else []
                 scores = self._scores(feats, len(done), use_model, known)
                 best = int(np.argmax(scores))
                 self.last_prediction = float(scores[best])
                 return cands[best]
         p = self._random_valid(seen)
         return p if p is not None else {}
-
-    def _cached_features(self, point: Point) -> Mapping[str, float]:
-        key = point_key(point)
-        if key not in self._feature_cache:
-            self._feature_cache[key] = self.features(point)
-        return self._feature_cache[key]
 
     def _scores(self, feats: list[Mapping[str, float]], n_done: int, use_model: bool,
                 known: Sequence[Mapping[str, float]] = ()) -> np.ndarray:
@@ -207,9 +200,10 @@ class CostModelSampler(BaseSampler):
         The replicas' spread does not shrink enough near a measured point: the points that differ
         from the best only in instruction choices have features within a few hundredths of it, and
         with the spread bonus alone they still took about 20 of 24 measurements of one
-        layernorm_matmul run, all within 0.7% of each other. With the novelty bonus the asks move on to kernels of another structure sooner (layernorm_matmul,
-        5 seeds of 24 measurements: final median 10,419 -> 8,695 us, a point four knobs from where
-        seed 4 used to stay)."""
+        layernorm_matmul run, all within 0.7% of each other. With the novelty bonus the asks move
+        on to kernels of another structure sooner (layernorm_matmul, 5 seeds of 24 measurements:
+        final median 10,419 -> 8,695 us, a point four knobs from where seed 4 used to stay).
+        `features` should be cheap to call again on the same point (`LoweredProblem` caches it)."""
         have_prior = bool(self.prior) and all(self.prior in f for f in feats)
         prior = -np.array([f[self.prior] for f in feats]) if have_prior else None  # type: ignore[index]
         if not use_model:
