@@ -121,13 +121,17 @@ def show(workload: str, shape: str | None, preset: str, dtype: str) -> None:
 @_shape_opt
 @click.option("--preset", default="small", show_default=True, help="Shape preset.")
 @click.option("--seed", default=0, show_default=True, type=int)
-def check(workload: str, shape: str | None, preset: str, seed: int) -> None:
+@click.option("--force", is_flag=True, help="Evaluate even when it needs more than half of this machine's memory.")
+def check(workload: str, shape: str | None, preset: str, seed: int, force: bool) -> None:
     """Evaluate WORKLOAD's graph on random inputs (float64) and report output statistics."""
     import numpy as np
 
     from axon.ir import evaluate, random_inputs
+    from axon.search.guards import check_evaluate
 
     g = _graph(workload, shape, preset, "float32")
+    if not force:
+        check_evaluate(g, workload)
     outputs = evaluate(g, random_inputs(g, seed))
     for name, value in outputs.items():
         finite = bool(np.all(np.isfinite(value)))
@@ -171,6 +175,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.UsageError as exc:  # a bad option or argument: one line, with the command it was for
+        command = exc.ctx.command_path if exc.ctx is not None else "axon"
+        click.echo(f"axon: error: {command}: {exc.format_message()}", err=True)
+        sys.exit(2)
     except click.ClickException as exc:
         exc.show()
         sys.exit(2)

@@ -44,6 +44,7 @@ from axon.ir.frontend import (  # noqa: F401 - this module is the public re-expo
     subtract,
     sum,
     tanh,
+    tensor,
     transpose,
     var,
 )

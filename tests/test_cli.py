@@ -77,3 +77,12 @@ def test_hardware_file_errors_name_field_and_file(tmp_path):
     negative = tmp_path / "negative_field.yaml"
     negative.write_text(source.replace("hbm_bandwidth_gbps: 410", "hbm_bandwidth_gbps: -410"))
     _one_line_error(run_axon("hw", str(negative)), "negative_field.yaml", "memory.hbm_bandwidth_gbps must be positive")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("tune", "softmax", "--bogus"), "No such option '--bogus'"),
+    (("tune", "softmax", "--trials", "0"), "--trials"),
+    (("show",), "Missing argument"),
+])
+def test_usage_errors_are_one_line_naming_the_command(args, fragment):
+    _one_line_error(run_axon(*args), "axon " + args[0], fragment)

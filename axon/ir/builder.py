@@ -157,8 +157,11 @@ class GraphBuilder:
         self._index[key] = node.id
         return node.id
 
-    def input(self, name: str, ttype: TensorType, where: str = "") -> int:
-        return self.add("input", (), where, name=name, type=ttype)
+    def input(self, name: str, ttype: TensorType, where: str = "", value_range: tuple[float, float] | None = None) -> int:
+        """An input; `value_range` is the declared range of its values (kept as the `range` attribute)."""
+        if value_range is None:
+            return self.add("input", (), where, name=name, type=ttype)
+        return self.add("input", (), where, name=name, type=ttype, range=tuple(value_range))
 
     def const(self, value: float) -> int:
         return self.add("const", (), value=float(value))
@@ -166,7 +169,7 @@ class GraphBuilder:
     def copy_node(self, node: Node, inputs: Sequence[int]) -> int:
         """Re-add `node` from another graph on new inputs (types re-inferred)."""
         if node.op == "input":
-            return self.input(node.attr("name"), node.type, node.where)
+            return self.input(node.attr("name"), node.type, node.where, node.attr("range"))
         return self.add(node.op, inputs, node.where, **dict(node.attrs))
 
     def build(self, outputs: Sequence[int], output_names: Sequence[str] = ()) -> Graph:

@@ -124,6 +124,31 @@ class Tensor:
     def transpose(self, *axes: int) -> "Tensor":
         return transpose(self, axes or None)
 
+    # NumPy ----------------------------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> "Tensor":
+        # `np.float32(2) * x` reaches here as np.multiply: the operators trace; other NumPy functions
+        # would compute on a proxy, so they are refused with the spec language's equivalent
+        ops = {"add": add, "subtract": subtract, "multiply": multiply, "true_divide": divide, "divide": divide,
+               "power": power, "matmul": matmul}
+        if method == "__call__" and not kwargs and ufunc.__name__ in ops and len(inputs) == 2:
+            return ops[ufunc.__name__](*inputs)
+        _numpy_refused(ufunc.__name__)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> "Tensor":
+        _numpy_refused(func.__name__)
+
+
+_NUMPY_EQUIVALENTS = {"absolute": "abs", "true_divide": "divide", "concatenate": "concatenate", "amax": "max",
+                      "amin": "min"}
+
+
+def _numpy_refused(name: str) -> None:
+    import axon.spec
+
+    equivalent = _NUMPY_EQUIVALENTS.get(name, name)
+    hint = f"use ax.{equivalent}" if hasattr(axon.spec, equivalent) else "it has no ax.* equivalent (see axon/spec.py)"
+    raise SpecError(f"np.{name} applied to a traced tensor (at {_where()}): {hint}")
+
 
 def _lift(value: Any, like: Tensor) -> Tensor:
     if isinstance(value, Tensor):
@@ -357,13 +382,42 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
 # spec declaration -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SpecSignature:
-    """Input names with their declared (symbolic) shapes, in argument order."""
+    """Input names with their declared (symbolic) shapes, in argument order, and declared value ranges."""
 
     inputs: tuple[tuple[str, tuple[Dim, ...]], ...]
+    ranges: tuple[tuple[str, tuple[float, float]], ...] = ()
 
 
-def spec(**shapes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare a spec function's tensor inputs and their shapes.
+@dataclass(frozen=True)
+class TensorDecl:
+    """A spec input declared with `tensor(shape, range=(lo, hi))`: its shape and the values it takes."""
+
+    shape: str
+    range: tuple[float, float] | None = None
+
+
+def tensor(shape: str, range: tuple[float, float] | None = None) -> TensorDecl:  # noqa: A002 - the user-facing word
+    """An input declaration with the range of values it takes (what floating-point checks assume).
+
+    >>> import axon.spec as ax
+    >>> @ax.spec(x=ax.tensor("M N", range=(-10, 10)))
+    ... def softmax(x):
+    ...     e = ax.exp(x - ax.max(x))
+    ...     return e / ax.sum(e)
+    """
+    if range is not None:
+        import math
+
+        if (not isinstance(range, (tuple, list)) or len(range) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in range)
+                or not range[0] < range[1]):
+            raise SpecError(f"tensor {shape!r}: range must be two finite numbers (lo, hi) with lo < hi, got {range!r} (at {_where()})")
+        range = (float(range[0]), float(range[1]))
+    return TensorDecl(shape, range)
+
+
+def spec(**shapes: str | TensorDecl) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare a spec function's tensor inputs and their shapes (a string, or `tensor(...)` with a range).
 
     >>> import axon.spec as ax
     >>> @ax.spec(x="M K", w="K N")
@@ -376,8 +430,10 @@ def spec(**shapes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         unknown = [name for name in shapes if name not in params]
         if unknown:
             raise SpecError(f"spec {fn.__name__}: declared input {unknown[0]!r} is not a parameter")
-        ordered = tuple((p, parse_shape(shapes[p])) for p in params if p in shapes)
-        fn.__axon_spec__ = SpecSignature(ordered)  # type: ignore[attr-defined]
+        decls = {p: d if isinstance(d, TensorDecl) else TensorDecl(d) for p, d in shapes.items()}
+        ordered = tuple((p, parse_shape(decls[p].shape)) for p in params if p in decls)
+        ranges = tuple((p, decls[p].range) for p in params if p in decls and decls[p].range is not None)
+        fn.__axon_spec__ = SpecSignature(ordered, ranges)  # type: ignore[attr-defined]
         return fn
 
     return wrap

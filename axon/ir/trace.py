@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import os
+import traceback
 from typing import Any, Callable, Mapping
 
 from axon.errors import SpecError
@@ -28,12 +31,18 @@ def trace(
     True
     """
     sig = signature_of(fn)
+    _check_unshaped(fn, sig)
     builder = GraphBuilder(name or fn.__name__, {})
     args = []
+    ranges = dict(sig.ranges)
     for arg, shape in sig.inputs:
         ttype = TensorType(shape, (dtypes or {}).get(arg, dtype))
-        args.append(Tensor(builder, builder.input(arg, ttype)))
-    result = fn(*args)
+        args.append(Tensor(builder, builder.input(arg, ttype, value_range=ranges.get(arg))))
+    try:
+        result = fn(*args)
+    except AttributeError as exc:
+        _unknown_op(fn, exc)
+        raise
     if isinstance(result, dict):
         names, values = tuple(result), tuple(result.values())
     elif isinstance(result, (tuple, list)):
@@ -51,3 +60,31 @@ def trace(
             )
         graph = graph.bind(**dims)
     return graph
+
+
+def _check_unshaped(fn: Callable[..., Any], sig: Any) -> None:
+    """Every parameter without a default must be a declared tensor input (else the call fails)."""
+    declared = {arg for arg, _ in sig.inputs}
+    for p in inspect.signature(fn).parameters.values():
+        if p.name in declared or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
+            continue
+        raise SpecError(f"spec {fn.__name__}: argument {p.name!r} has no shape: declare it in "
+                        f"@ax.spec({p.name}='M K', ...) or give it a default value")
+
+
+def _unknown_op(fn: Callable[..., Any], exc: AttributeError) -> None:
+    """`ax.erf(x)`: an op the spec language does not have; a SpecError naming it and the user's line."""
+    import difflib
+
+    import axon.spec
+
+    if exc.obj is not axon.spec or not exc.name:
+        return
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+    ops = sorted(n for n in dir(axon.spec) if n[:1].islower() and callable(getattr(axon.spec, n))
+                 and n not in ("spec", "tensor"))  # the declarations are not ops
+    close = difflib.get_close_matches(exc.name, ops, n=1)
+    hint = f"did you mean ax.{close[0]}? " if close else ""
+    raise SpecError(f"spec {fn.__name__}: op ax.{exc.name} is not supported{where}; {hint}the supported ops are the "
+                    f"functions of axon/spec.py (README, 'Writing a spec'): {', '.join(ops)}") from None

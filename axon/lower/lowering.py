@@ -362,7 +362,10 @@ def _bcast(st: _State, nid: int) -> list[Stmt]:
         src = Ref(node.attr("name"), ((Expr.of(0), 1), (Expr.of(c0), cs)), (1, f))
         out.append(Instr("dma_copy", "dma", tile_ref(row.name, 0, 1, 0, cs), (("src", src),), f"{node.attr('name')} chunk as one row"))
         out.append(Instr("nc_matmul", "tensor", tile_ref(ps.name, 0, PMAX, 0, cs),
-                         (("stationary", tile_ref(ones.name, 0, 1, 0, PMAX)), ("moving", tile_ref(row.name, 0, 1, 0, cs))),
+                         (("stationary", tile_ref(ones.name, 0, 1, 0, PMAX)), ("moving", tile_ref(row.name, 0, 1, 0, cs)),
+                          # the bank is shared by every broadcast vector: each chunk must overwrite it
+                          # (nc_matmul's default accumulates onto a location written before)
+                          ("accumulate", False)),
                          "broadcast over partitions"))
         out.append(Instr("tensor_copy", "vector", tile_ref(full.name, 0, PMAX, c0, cs), (("src", tile_ref(ps.name, 0, PMAX, 0, cs)),)))
     st.bcast[nid] = View(full.name, 0, Expr.of(0), f, "float32")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import tempfile
 import time
@@ -50,14 +51,25 @@ def kernel_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
-def write_kernel(source: str, directory: str | Path | None = None) -> Path:
-    """The source as a file named by its hash (the emulator reports kernel lines against it)."""
-    directory = Path(directory or Path(tempfile.gettempdir()) / "axon-kernels")
+def write_kernel(source: str, directory: str | Path) -> Path:
+    """The source as `directory/kernel_<hash>.py` (the emulator reports kernel lines against it).
+
+    The directory is the caller's: `axon tune` passes WORKDIR/cache/kernels, so kernels stay with
+    the records that name them. Written atomically (two workers may write the same kernel).
+    """
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"kernel_{kernel_hash(source)}.py"
     if not path.exists():
-        path.write_text(source)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
     return path
+
+
+def kernel_cache(workdir: str | Path) -> Path:
+    """Where a work directory keeps the kernel files its backends trace: WORKDIR/cache/kernels."""
+    return Path(workdir) / "cache" / "kernels"
 
 
 class SimBackend:
@@ -77,7 +89,9 @@ class SimBackend:
     STEPS = 16
 
     def __init__(self, kernel_dir: str | Path | None = None, extrapolate: bool = True) -> None:
-        self.kernel_dir = kernel_dir
+        # without a directory, a temporary one that goes with the backend (nothing left behind)
+        self._tmp = None if kernel_dir else tempfile.TemporaryDirectory(prefix="axon-kernels-")
+        self.kernel_dir = Path(kernel_dir) if kernel_dir else Path(self._tmp.name)
         self.extrapolate = extrapolate
 
     def measure(self, source: str, kernel: str, inputs: Sequence[InputSpec], hw: HardwareSpec) -> Measurement:
@@ -192,7 +206,9 @@ class NeuronBackend:
 
     name = "neuron"
 
-    def __init__(self, warmup: int = 5, iters: int = 20) -> None:
+    def __init__(self, kernel_dir: str | Path | None = None, warmup: int = 5, iters: int = 20) -> None:
+        self._tmp = None if kernel_dir else tempfile.TemporaryDirectory(prefix="axon-kernels-")
+        self.kernel_dir = Path(kernel_dir) if kernel_dir else Path(self._tmp.name)
         self.warmup, self.iters = warmup, iters
 
     @staticmethod
@@ -217,7 +233,7 @@ class NeuronBackend:
         import numpy as np  # pragma: no cover - needs a Trainium instance
         from neuronxcc import nki as sdk_nki  # type: ignore[import-not-found]  # pragma: no cover
 
-        path = write_kernel(source.replace("import nki\n", "import neuronxcc.nki as nki\n"))  # pragma: no cover
+        path = write_kernel(source.replace("import nki\n", "import neuronxcc.nki as nki\n"), self.kernel_dir)  # pragma: no cover
         spec = importlib.util.spec_from_file_location(path.stem, path)  # pragma: no cover
         module = importlib.util.module_from_spec(spec)  # pragma: no cover
         spec.loader.exec_module(module)  # type: ignore[union-attr]  # pragma: no cover
@@ -232,10 +248,11 @@ class NeuronBackend:
 BACKENDS = {"sim": SimBackend, "neuron": NeuronBackend}
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, kernel_dir: str | Path | None = None) -> Backend:
+    """The backend `name`, writing the kernel files it traces or compiles into `kernel_dir`."""
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    backend = BACKENDS[name]()
+    backend = BACKENDS[name](kernel_dir)
     if name == "neuron":
         reason = NeuronBackend.available()
         if reason:

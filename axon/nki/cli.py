@@ -35,6 +35,22 @@ def parse_input_spec(text: str) -> tuple[str, tuple[int, ...], str]:
     return name, dims, dtype
 
 
+def check_input_memory(specs: list[tuple[str, tuple[int, ...], str]], memory_bytes: int | None = None) -> None:
+    """NKIError when the random inputs (and as much again for the emulator's copies) would take more
+    than half of this machine's memory: refused before anything is allocated."""
+    import math
+    import os
+
+    from axon.nki.memory import as_dtype
+
+    need = 2 * sum(math.prod(shape) * as_dtype(dtype).itemsize for _, shape, dtype in specs)
+    total = memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total / 2:
+        gib = 2**30
+        raise NKIError(f"--input arrays need about {need / gib:,.1f} GiB to emulate, more than half of this machine's "
+                       f"{total / gib:,.1f} GiB: use smaller inputs")
+
+
 def random_array(shape: tuple[int, ...], dtype: str, rng: Any) -> Any:
     """Standard-normal inputs rounded to `dtype` (the emulator's inputs for CLI runs)."""
     from axon.nki.memory import as_dtype
@@ -59,6 +75,7 @@ def run_cmd(kernel: str, inputs: tuple[str, ...], hw: str, seed: int) -> None:
     import axon.nki
 
     specs = [parse_input_spec(s) for s in inputs]
+    check_input_memory(specs)
     fn = axon.nki.load_kernel(kernel)
     rng = np.random.default_rng(seed)
     arrays = [random_array(shape, dtype, rng) for _, shape, dtype in specs]

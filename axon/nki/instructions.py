@@ -120,9 +120,56 @@ def _simple(opcode: str, eng: str, dst: View, reads: list[tuple[str, Any]], comp
     m.issue(opcode, eng, views, [("dst", dst)] + list(extra_writes), main, attrs, site, read_dst, checked)
     if m.execute and compute is not None:
         _write(m, dst, compute(), opcode, site)
+    # Reading PSUM (evicting it) or overwriting it with another instruction ends a matmul
+    # accumulation group there; nc_matmul opens one (see `_accumulation_groups`).
+    _set_groups(m, [v for _, v in views] + ([] if opcode == "nc_matmul" else [dst] + [v for _, v in extra_writes]),
+                False)
+    if opcode == "nc_matmul":
+        _set_groups(m, [dst], True)
     # A result the instruction allocated itself (legacy form) is returned whole, even when a
     # mask let it write only part of it.
     return View.whole(dst.alloc) if dst.alloc.temp else dst
+
+
+def _accumulation_groups(m: Machine) -> dict[int, Any]:
+    """PSUM locations inside an open matmul accumulation group, per allocation: a bool array in
+    execute mode, one bool (any location) in trace mode.
+
+    nc_matmul(accumulate=None) overwrites a location's first write and accumulates later ones
+    (nki.isa.nc_matmul, "Accumulation mode", Neuron 2.30), a group lasting "before the PSUM tile
+    content is evicted back to SBUF". So reading the location, or writing it with another
+    instruction, closes its group and the next matmul there overwrites again: a K loop per output
+    tile accumulates, and a PSUM tile reused for successive tiles (matmul, evict, matmul, ...)
+    starts afresh each time, as the tutorials and Axon's kernels expect.
+    """
+    groups = getattr(m, "psum_accumulation_groups", None)
+    if groups is None:
+        groups = m.psum_accumulation_groups = {}  # type: ignore[attr-defined]
+    return groups
+
+
+def _set_groups(m: Machine, views: list[Any], state: bool) -> None:
+    groups = _accumulation_groups(m)
+    for v in views:
+        if not isinstance(v, View) or v.alloc.kind != "psum":
+            continue
+        if m.execute:
+            g = groups.get(v.alloc.id)
+            if g is None:
+                if not state:
+                    continue
+                g = groups[v.alloc.id] = np.zeros(v.alloc.shape, dtype=bool)
+            g[v.np_index()] = state
+        else:
+            groups[v.alloc.id] = state
+
+
+def _open_group(m: Machine, v: View) -> Any:
+    """Per element (execute) or for the allocation (trace): is `v` inside an open accumulation group?"""
+    g = _accumulation_groups(m).get(v.alloc.id)
+    if m.execute:
+        return np.zeros(v.shape, dtype=bool) if g is None else g[v.np_index()].copy()
+    return bool(g)
 
 
 # ---- data movement -----------------------------------------------------------------------------
@@ -158,15 +205,21 @@ def dma_transpose(dst: View, src: View, axes: Any = None, mask: Predicate | None
 def nc_matmul(dst: View | None, stationary: View, moving: View, is_stationary_onezero: bool = False,
               is_moving_onezero: bool = False, is_transpose: bool = False, accumulate: Any = None,
               tile_position: Any = (), tile_size: Any = (), perf_mode: Any = None, name: Any = None,
-              mask: Predicate | None = None, **_: Any) -> View:
+              mask: Predicate | None = None) -> View:
     """dst[M, N] = stationary[K, M].T @ moving[K, N] on TensorE, fp32 in PSUM.
 
-    accumulate=True adds into dst; False or None (the default) overwrites it, so the first matmul
-    of an accumulation group writes and the rest accumulate (`accumulate=k > 0`).
+    accumulate=True adds into dst, False overwrites it, and None (the default) decides per PSUM
+    element: the first write to a location overwrites, later writes accumulate (nki.isa.nc_matmul,
+    "Accumulation mode", Neuron 2.30). So a K loop of plain `nc_matmul(dst=psum, ...)` calls sums
+    its products, as the tutorials rely on.
     """
     m, site = active(), kernel_site()
     if not isinstance(stationary, View) or not isinstance(moving, View):
         raise m.fail("matmul operands", "stationary and moving must be tiles", site)
+    if perf_mode not in (None, "none", matmul_perf_mode.none):
+        # double_row splits the contraction over the partition axis and a first free axis of 2
+        # with fp8 inputs; its operand layout is not emulated, so refuse rather than guess.
+        raise m.fail("nc_matmul perf_mode", f"perf_mode={perf_mode!r} (FP8 double-row) is not emulated", site)
     full_shape = (stationary.free_size, moving.free_size)
     stationary, moving = _masked(mask, stationary, moving)
     m.check_operand("nc_matmul", "stationary", stationary, "tensor", site)
@@ -180,10 +233,23 @@ def nc_matmul(dst: View | None, stationary: View, moving: View, is_stationary_on
     if dst.shape != out_shape and len(dst.shape) == 2 and all(o <= d for o, d in zip(out_shape, dst.shape)):
         dst = dst.index((slice(0, out_shape[0]), slice(0, out_shape[1])))
     m.check_operand("nc_matmul", "dst", dst, "tensor", site)  # before the shape check: name the buffer rule
+    if dst.dtype != float32 and not is_transpose:
+        # "The dst tile must be a float32 tile in NeuronCore-v2 and NeuronCore-v3" (nki.isa.nc_matmul,
+        # Neuron 2.30); a bf16 dst would silently round every partial sum.
+        raise m.fail("nc_matmul dst dtype", f"nc_matmul accumulates into a float32 PSUM tile, dst is {dst.dtype.name}",
+                     site)
     if int(math.prod(dst.shape)) != out_shape[0] * out_shape[1]:
         raise m.fail("shape mismatch", f"nc_matmul of {list(stationary.shape)} x {list(moving.shape)} gives "
                      f"{list(out_shape)}, dst is {list(dst.shape)}", site)
-    acc = bool(accumulate)
+    if accumulate is None:
+        # Auto-detect: accumulate where an accumulation group is open (`_accumulation_groups`). The
+        # trace records the allocation-level answer; execute mode decides element by element.
+        group = _open_group(m, dst)
+        written = group if m.execute else None
+        acc = bool(np.any(group))
+    else:
+        written = None
+        acc = bool(accumulate)
     attrs = (("stationary_free", stationary.free_size), ("moving_free", moving.free_size),
              ("accumulate", acc), ("is_transpose", bool(is_transpose)))
 
@@ -192,30 +258,38 @@ def nc_matmul(dst: View | None, stationary: View, moving: View, is_stationary_on
         # is the hardware's multiply-in-input-dtype, accumulate-in-fp32.
         st = _val(stationary).reshape(stationary.partitions, -1)
         mv = _val(moving).reshape(moving.partitions, -1)
-        r = st.T if is_transpose else T.sem_nc_matmul(M, st, mv)
-        if is_transpose:
-            r = T.sem_transpose(M, st)
+        if is_transpose and mv.shape[0] == mv.shape[1] and np.array_equal(mv, np.eye(mv.shape[0], dtype=mv.dtype)):
+            r = T.sem_transpose(M, st)  # transpose mode with the identity: bit-accurate (NaN/Inf kept)
+        else:
+            r = T.sem_nc_matmul(M, st, mv)
+        if written is not None:
+            prev = _val(dst).reshape(r.shape)
+            return np.where(written.reshape(r.shape), r + np.where(written.reshape(r.shape), prev, 0), r)
         return r + _val(dst).reshape(r.shape) if acc else r
 
+    # With auto-detect only the already-written elements are read: the poison rule applies to a
+    # dst read in full.
     return _simple("nc_matmul", "tensor", dst, [("stationary", stationary), ("moving", moving)], compute,
-                   attrs, moving, site, m, read_dst=acc, checked=True)
+                   attrs, moving, site, m, read_dst=acc and (written is None or bool(written.all())), checked=True)
 
 
 def nc_transpose(dst: View | None, data: View, engine: Any = None, mask: Predicate | None = None,
                  name: Any = None, **_: Any) -> View:
-    """Swap partition and free axis: TensorE (default, into PSUM) or VectorE (<= 32x32)."""
+    """Swap partition and free axis: TensorE (default, into PSUM) or VectorE (<= 32x32). Several free
+    axes are flattened into one first (nki.isa.nc_transpose, Neuron 2.30)."""
     m, site = active(), kernel_site()
     eng = _engine("nc_transpose", engine)
-    if len(data.shape) != 2:
-        raise m.fail("shape", f"nc_transpose needs a 2-D tile, got {list(data.shape)}", site)
-    if eng == "vector" and max(data.shape) > T.ISA_LIMITS["vector_transpose_max"]:
+    if len(data.shape) < 2:
+        raise m.fail("shape", f"nc_transpose needs a tile with a free axis, got {list(data.shape)}", site)
+    if eng == "vector" and max(data.partitions, data.free_size) > T.ISA_LIMITS["vector_transpose_max"]:
         raise m.fail("vector transpose > 32x32", f"nc_transpose on VectorE of {list(data.shape)}", site)
     if dst is None:
-        dst = _new(m, data.shape[::-1], float32 if eng == "tensor" else data.dtype, "psum" if eng == "tensor" else "sbuf")
+        dst = _new(m, (data.free_size, data.partitions), float32 if eng == "tensor" else data.dtype,
+                   "psum" if eng == "tensor" else "sbuf")
     (data,) = _masked(mask, data)
-    dst = _transposed_box(dst, data)
-    return _simple("nc_transpose", eng, dst, [("data", data)], lambda: T.sem_transpose(M, _val(data)),
-                   (), data, site, m)
+    dst = _transposed_box(dst, data) if len(data.shape) == 2 else dst
+    return _simple("nc_transpose", eng, dst, [("data", data)],
+                   lambda: T.sem_transpose(M, _val(data).reshape(data.partitions, -1)), (), data, site, m)
 
 
 # ---- ScalarE / VectorE / GpSimd ----------------------------------------------------------------
@@ -232,17 +306,23 @@ def activation(dst: View | None, op: Any, data: View, bias: Any = None, scale: A
                reduce_res: View | None = None, reduce_cmd: Any = None, mask: Predicate | None = None,
                dtype: Any = None, name: Any = None, **_: Any) -> View:
     """dst = op(data * scale + bias) on ScalarE; with reduce_res, also its free-axis sum."""
-    return _activation("activation", dst, op, data, bias, scale, reduce_op, reduce_res, mask, dtype)
+    return _activation("activation", dst, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_cmd)
 
 
 def activation_reduce(dst: View | None, op: Any, data: View, reduce_op: Any = None, reduce_res: View | None = None,
                       bias: Any = None, scale: Any = 1.0, mask: Predicate | None = None, dtype: Any = None,
                       **_: Any) -> View:
-    return _activation("activation_reduce", dst, op, data, bias, scale, reduce_op or "add", reduce_res, mask, dtype)
+    return _activation("activation_reduce", dst, op, data, bias, scale, reduce_op or "add", reduce_res, mask, dtype,
+                       "reset_reduce")
+
+
+def _reduce_cmd(cmd: Any) -> str:
+    name = getattr(cmd, "name", cmd)
+    return "idle" if name is None else str(name)
 
 
 def _activation(opcode: str, dst: View | None, op: Any, data: View, bias: Any, scale: Any, reduce_op: Any,
-                reduce_res: View | None, mask: Predicate | None, dtype: Any) -> View:
+                reduce_res: View | None, mask: Predicate | None, dtype: Any, cmd: Any = None) -> View:
     m, site = active(), kernel_site()
     fn = op_name(op)
     if fn not in T.ACTIVATION:
@@ -264,15 +344,45 @@ def _activation(opcode: str, dst: View | None, op: Any, data: View, bias: Any, s
         b = None if bias is None else _vec(bias, data)
         return sem_activation(M, _val(data), fn, _vec(scale, data), b)
 
+    cmd = _reduce_cmd(cmd)
+    if cmd not in ("idle", "reset", "reduce", "reset_reduce"):
+        raise m.fail("activation reduce_cmd", f"reduce_cmd={cmd!r} is not emulated", site)
+    if cmd in ("reduce", "reset_reduce") or reduce_res is not None:
+        if REDUCE_ALIASES.get(op_name(reduce_op) or "add") != "add":
+            # ScalarE's reduce registers only sum (nki.isa.activation / activation_reduce: "reduce_op
+            # must be nl.add"); a max would be a silently different program on the device.
+            raise m.fail("activation reduce_op", f"{opcode} reduces with nl.add only, got {op_name(reduce_op)!r} "
+                         "(use nisa.tensor_reduce or tensor_scalar_reduce for max/min)", site)
+    if cmd == "idle" and reduce_res is not None:
+        # Without an explicit reduce_cmd, a reduce_res asks for this instruction's reduction (the
+        # legacy form, and activation_reduce): reset, reduce, read out.
+        cmd = "reset_reduce"
     out = _simple(opcode, "scalar", dst, reads, None, attrs, data, site, m, extra)
     if m.execute:
         r = compute()
         _write(m, dst, r, opcode, site)
-        if reduce_res is not None:
-            axes = tuple(range(1, r.ndim))
+        # ScalarE's reduce_regs (one fp32 register per partition) persist across activation
+        # instructions: reset zeroes them, reduce adds this instruction's free-axis reduction of
+        # the activated values, reduce_res reads them out (nki.isa.activation, Neuron 2.30).
+        regs = _scalar_reduce_regs(m)
+        parts = r.shape[0]
+        if cmd in ("reset", "reset_reduce"):
+            regs[:] = 0.0
+        if cmd in ("reduce", "reset_reduce"):
             kind = REDUCE_ALIASES[op_name(reduce_op) or "add"]
-            _write(m, reduce_res, M.reduce(kind, r, axes, True), opcode, site)
+            part = M.reduce(kind, np.asarray(r, dtype=np.float32).reshape(parts, -1), (1,), False)
+            regs[:parts] = regs[:parts] + part
+        if reduce_res is not None:
+            _write(m, reduce_res, regs[:parts].reshape(parts, 1), opcode, site)
     return out
+
+
+def _scalar_reduce_regs(m: Machine) -> Any:
+    regs = getattr(m, "scalar_reduce_regs", None)
+    if regs is None:
+        regs = np.zeros(m.hw.memory.partitions, dtype=np.float32)
+        m.scalar_reduce_regs = regs  # type: ignore[attr-defined]
+    return regs
 
 
 def tensor_tensor(dst: View | None, data1: View, data2: View, op: Any, engine: Any = None,
@@ -417,26 +527,68 @@ def memset(dst: View, value: Any, engine: Any = None, mask: Predicate | None = N
                    (("value", float(value)),), dst, site, m)
 
 
-def iota(dst: View, expr: IndexExpr | int, offset: int = 0, engine: Any = None, mask: Predicate | None = None,
-         **_: Any) -> View:
-    """Fill `dst` with the values of an affine index expression (GpSimd)."""
+def _pattern_values(m: Machine, shape: tuple[int, ...], pattern: Any, offset: Any, channel_multiplier: Any,
+                    opcode: str, site: tuple[str, int]) -> Any:
+    """offset + partition * channel_multiplier + sum(index_k * step_k) over the [[step, num], ...] pattern
+    (current nki.isa.iota / affine_select), laid out row-major along dst's free axes."""
+    pairs = [(int(st), int(n)) for st, n in pattern]
+    free = int(math.prod(shape[1:]))
+    if int(math.prod(n for _, n in pairs)) != free:
+        raise m.fail("shape mismatch", f"{opcode} pattern {pattern} covers {int(math.prod(n for _, n in pairs))} "
+                     f"elements per partition, dst has {free}", site)
+    vals = np.zeros([n for _, n in pairs] or [1], dtype=np.int64)
+    for axis, (step, n) in enumerate(pairs):
+        vals = vals + (np.arange(n, dtype=np.int64) * step).reshape([-1 if a == axis else 1 for a in range(len(pairs))])
+    rows = np.arange(shape[0], dtype=np.int64)[:, None] * int(channel_multiplier)
+    return (rows + vals.reshape(1, -1) + int(offset)).reshape(shape)
+
+
+def iota(dst: View, expr: Any, offset: int = 0, engine: Any = None, mask: Predicate | None = None,
+         channel_multiplier: int = 0, pattern: Any = None, name: Any = None) -> View:
+    """Fill `dst` (GpSimd) with an affine index expression (legacy `nl.arange` form), or with the
+    current API's `pattern=[[step, num], ...]`, `offset`, `channel_multiplier` form."""
     m, site = active(), kernel_site()
+    if pattern is None and isinstance(expr, (list, tuple)):
+        pattern, expr = expr, None
 
     def compute() -> Any:
+        if pattern is not None:
+            return _pattern_values(m, tuple(dst.shape), pattern, offset, channel_multiplier, "iota", site).astype(np.float64)
         vals = expr.evaluate(dst.shape) if isinstance(expr, IndexExpr) else np.full(dst.shape, int(expr))
-        return (vals + offset).astype(np.float32)
+        return (vals + offset).astype(np.float64)  # integer values: exact until the dst dtype rounds them
 
+    if pattern is not None and not m.execute:
+        _pattern_values(m, tuple(dst.shape), pattern, offset, channel_multiplier, "iota", site)  # shape check
     return _simple("iota", "gpsimd", dst, [], compute, (), dst, site, m)
 
 
-def affine_select(dst: View | None, pred: Predicate, on_true_tile: View, on_false_value: Any,
-                  mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
-    """dst = on_true_tile where the affine predicate holds, else on_false_value (GpSimd)."""
+def affine_select(dst: View | None, pred: Any = None, on_true_tile: View | None = None, on_false_value: Any = None,
+                  mask: Predicate | None = None, dtype: Any = None, pattern: Any = None, offset: int = 0,
+                  channel_multiplier: int = 0, cmp_op: Any = None, name: Any = None) -> View:
+    """dst = on_true_tile where the affine predicate holds, else on_false_value (GpSimd).
+
+    The predicate is a legacy `nl.arange` comparison (`pred`), or the current API's
+    `cmp_op(offset + partition * channel_multiplier + pattern index, 0)` (cmp_op defaults to nl.equal).
+    """
     m, site = active(), kernel_site()
+    if pattern is None and isinstance(pred, (list, tuple)):
+        pattern, pred = pred, None
+    if not isinstance(on_true_tile, View):
+        raise m.fail("affine_select operands", "on_true_tile must be a tile", site)
     if dst is None:
         dst = _new(m, on_true_tile.shape, dtype or on_true_tile.dtype)
+    op = op_name(cmp_op) if cmp_op is not None else "equal"
+    if pattern is not None and op not in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal"):
+        raise m.fail("affine_select cmp_op", f"cmp_op {op!r} is not a comparison", site)
+
+    def predicate() -> Any:
+        if pattern is None:
+            return pred.evaluate(on_true_tile.shape)
+        vals = _pattern_values(m, tuple(on_true_tile.shape), pattern, offset, channel_multiplier, "affine_select", site)
+        return T.ALU[op](M, vals.astype(np.float64), 0.0) != 0
+
     return _simple("affine_select", "gpsimd", dst, [("on_true_tile", on_true_tile)],
-                   lambda: M.where(pred.evaluate(on_true_tile.shape), _val(on_true_tile), np.float32(on_false_value)),
+                   lambda: M.where(predicate(), _val(on_true_tile), np.float32(on_false_value)),
                    (), on_true_tile, site, m)
 
 
@@ -449,8 +601,20 @@ def tensor_tensor_scan(dst: View | None, data0: View, data1: View, initial: Any,
     if dst is None:
         dst = _new(m, data0.shape, dtype or data0.dtype)
     reads = [("data0", data0), ("data1", data1)] + ([("initial", initial)] if isinstance(initial, View) else [])
-    return _simple("tensor_tensor_scan", "vector", dst, reads,
-                   lambda: T.sem_scan(M, _val(data0), _val(data1), _vec(initial, data0), f0, f1),
+    def compute() -> Any:
+        # r[i] = op1(op0(data0[i], r[i-1]), data1[i]); reverse0 makes data0 op0's rhs, reverse1
+        # makes data1 op1's lhs (nki.isa.tensor_tensor_scan, Neuron 2.30).
+        d0 = _val(data0).reshape(data0.shape[0], -1)
+        d1 = _val(data1).reshape(data1.shape[0], -1)
+        prev = np.broadcast_to(_vec(initial, data0), (d0.shape[0], 1)).reshape(-1, 1)
+        out = np.empty(d0.shape, np.float32)
+        for i in range(d0.shape[1]):
+            x = T.ALU[f0](M, prev, d0[:, i:i + 1]) if reverse0 else T.ALU[f0](M, d0[:, i:i + 1], prev)
+            prev = T.ALU[f1](M, d1[:, i:i + 1], x) if reverse1 else T.ALU[f1](M, x, d1[:, i:i + 1])
+            out[:, i:i + 1] = prev
+        return out
+
+    return _simple("tensor_tensor_scan", "vector", dst, reads, compute,
                    (("op0", f0), ("op1", f1)), data0, site, m)
 
 
@@ -474,3 +638,24 @@ def bn_aggr(dst: View | None, data: View, mask: Predicate | None = None, dtype: 
     (dst,) = _masked(mask, dst)
     return _simple("bn_aggr", "vector", dst, [("data", data)],
                    lambda: T.sem_bn_aggr(M, _val(data).reshape(data.shape[0], -1)), (), data, site, m)
+
+
+# ---- documented but not emulated ---------------------------------------------------------------
+
+
+def nc_matmul_mx(dst: View, stationary: View, moving: View, stationary_scale: View, moving_scale: View,
+                 tile_position: Any = None, tile_size: Any = None, accumulate: Any = None, name: Any = None) -> View:
+    """MXFP8/MXFP4 matmul with dequantization (NeuronCore-v4): refused, never approximated.
+
+    Its operands are x4-packed dtypes whose scale layout (8 partitions x 4 elements per uint8
+    scale, quadrant-dependent scale partitions) the emulator does not model.
+    """
+    raise active().fail("nc_matmul_mx not emulated", "nki.isa.nc_matmul_mx (MXFP8/MXFP4 matmul on NeuronCore-v4) "
+                        "uses x4-packed dtypes and block scales the emulator does not model", kernel_site())
+
+
+def quantize_mx(*args: Any, **kwargs: Any) -> View:
+    """MX quantization (NeuronCore-v4): refused, never approximated."""
+    raise active().fail("quantize_mx not emulated", "nki.isa.quantize_mx (MXFP8/MXFP4 quantization on "
+                        "NeuronCore-v4) produces x4-packed dtypes and block scales the emulator does not model",
+                        kernel_site())

@@ -50,7 +50,9 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any
             view = m.shared_tensors[key] = View.whole(
                 m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), "hbm", name, pa))
         return view
-    return View.whole(m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), _buffer_kind(buffer), name, pa))
+    direct = buffer if getattr(buffer, "tiles", None) is not None else None  # nki.compiler mod_alloc
+    return View.whole(m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), _buffer_kind(buffer), name, pa,
+                                 direct=direct))
 
 
 def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **kw: Any) -> View:
@@ -62,12 +64,16 @@ def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str 
             t.alloc.written[...] = True  # type: ignore[index]
         t.alloc.ever_written = True
         return t
-    whole = t if t.alloc.par_axis == 0 else None
-    if whole is None:  # a multi-tile buffer: one memset per tile
-        for i in range(t.shape[0]):
-            I.memset(t[i], fill_value)
-    else:
-        I.memset(t, fill_value)
+    if t.alloc.par_axis:
+        # Block dimensions: the compiler initializes each block where it is first used (lazily),
+        # so the blocks are not all live from here; the values are there from the start.
+        m = active()
+        if m.execute:
+            t.alloc.data[...] = fill_value  # type: ignore[index]
+            t.alloc.written[...] = True  # type: ignore[index]
+        t.alloc.ever_written = True
+        return t
+    I.memset(t, fill_value)
     return t
 
 
@@ -144,8 +150,48 @@ def num_programs(axes: int = 0) -> int:
     return n[axes] if axes < len(n) else 1
 
 
+def program_ndim() -> int:
+    """Number of dimensions of the SPMD launch grid (0 outside an SPMD launch)."""
+    return len(active().num_programs)
+
+
+def nc(n: int) -> int:
+    """`nl.nc(n)`: n NeuronCores along one grid dimension (see `spmd_dim`)."""
+    return int(n)
+
+
+def spmd_dim(*factors: Any) -> int:
+    """`nl.spmd_dim(grid_x, nl.nc(2))`: one logical grid dimension of grid_x * 2 programs, spread over
+    cores; the emulator runs its programs one after another, so only the size matters."""
+    size = 1
+    for f in factors:
+        size *= int(f)
+    return size
+
+
+class fp32:
+    """`nl.fp32.min`: the most negative finite fp32 (bit pattern 0xff7fffff)."""
+
+    min = float(np.finfo(np.float32).min)
+
+
+def static_cast(x: Any, dtype: Any) -> Any:
+    """`nl.static_cast(array, dtype)` on host arrays (the tutorials' test harnesses cast inputs)."""
+    return np.asarray(x).astype(as_dtype(dtype))
+
+
 def device_print(*_: Any, **__: Any) -> None:
     """Accepted and ignored: printing is not an instruction the trace models."""
+
+
+def _mask(mask: Any) -> Any:
+    """A Python bool given as `mask=` (an affine condition without index variables, evaluated at
+    trace time): True keeps the whole instruction, False keeps none of it (returns "skip")."""
+    if mask is True or (isinstance(mask, np.bool_) and bool(mask)):
+        return None
+    if mask is False or isinstance(mask, np.bool_):
+        return "skip"
+    return mask
 
 
 # ---- data movement -----------------------------------------------------------------------------
@@ -156,9 +202,10 @@ def load(src: View, mask: Predicate | None = None, dtype: Any = None, **_: Any) 
     m = active()
     if not isinstance(src, View) or src.alloc.kind != "hbm":
         raise m.fail("nl.load source", f"nl.load reads an HBM tensor, got {src!r}")
-    (shown,) = I._masked(mask, src)
+    mask = _mask(mask)
     t = I._new(m, src.shape, dtype or src.dtype)
-    I.dma_copy(t, src, mask=mask)
+    if mask != "skip":
+        I.dma_copy(t, src, mask=mask)
     return t
 
 
@@ -169,7 +216,9 @@ def store(dst: View, value: View, mask: Predicate | None = None, **_: Any) -> No
         raise m.fail("nl.store destination", f"nl.store writes an HBM tensor, got {dst!r}")
     if not isinstance(value, View):
         raise m.fail("nl.store value", f"nl.store needs a tile value, got {value!r}")
-    I.dma_copy(dst, value, mask=mask)
+    mask = _mask(mask)
+    if mask != "skip":
+        I.dma_copy(dst, value, mask=mask)
 
 
 def load_transpose2d(src: View, mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
@@ -190,6 +239,10 @@ def _is_vector(x: Any, ref: View) -> bool:
 
 def _binary(fn: str, x: Any, y: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> Any:
     m = active()
+    mask = _mask(mask)
+    if mask == "skip":  # the instruction is dropped: its result tile holds nothing written
+        ref = x if isinstance(x, View) else y
+        return I._new(m, ref.shape, dtype or ref.dtype)
     if not isinstance(x, View) and not isinstance(y, View):
         from axon.target.isa import ALU, NUMPY_FP32
 
@@ -207,6 +260,9 @@ def _binary(fn: str, x: Any, y: Any, dtype: Any = None, mask: Predicate | None =
 
 
 def _unary(fn: str, x: View, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
+    if _mask(mask) == "skip":
+        return I._new(active(), x.shape, dtype or x.dtype)
+    mask = _mask(mask)
     if fn == "copy":
         return I.tensor_copy(None, x, mask=mask, dtype=dtype)
     return I.activation(None, fn, x, mask=mask, dtype=dtype)
@@ -272,6 +328,12 @@ def transpose(x: View, dtype: Any = None, mask: Predicate | None = None, **_: An
 
 def matmul(x: View, y: View, transpose_x: bool = False, mask: Predicate | None = None, **_: Any) -> View:
     """x @ y into a new PSUM tile; x is [M, K] unless transpose_x (then [K, M], the stationary layout)."""
+    # Operands in PSUM (an nl.transpose result, say) go through SBUF first, as the compiler does:
+    # TensorE reads SBUF only.
+    if y.alloc.kind == "psum":
+        y = I.tensor_copy(None, y, dtype=y.dtype)
+    if x.alloc.kind == "psum" and transpose_x:
+        x = I.tensor_copy(None, x, dtype=x.dtype)
     if transpose_x:
         return I.nc_matmul(None, x, y, mask=mask)
     xt_psum = I.nc_transpose(None, x, engine="tensor")
@@ -286,7 +348,18 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
         raise m.fail("nl.where", "nl.where takes tiles for x and y here; use nisa.affine_select for index predicates")
     diff = I.tensor_tensor(None, x, y, "subtract", dtype=float32)
     sel = I.tensor_tensor(None, diff, condition, "multiply", dtype=float32)
-    return I.tensor_tensor(None, sel, y, "add", dtype=dtype or x.dtype, mask=mask)
+    out = I.tensor_tensor(None, sel, y, "add", dtype=dtype or x.dtype, mask=mask)
+    if m.execute:
+        # A select, exactly: y + c * (x - y) rounds in fp32, and the result is x or y itself.
+        box = out if out.alloc.last_write is None else View(out.alloc, *_box(out.alloc.last_write))
+        pick = np.where(I._val(condition) != 0, I._val(x), I._val(y))
+        box.alloc.data[box.np_index()] = pick.reshape(box.shape) if pick.size == int(np.prod(box.shape)) \
+            else pick[tuple(slice(0, n) for n in box.shape)]
+    return out
+
+
+def _box(v: View) -> tuple[Any, ...]:
+    return v.starts, v.steps, v.sizes, v.kept
 
 
 def loop_reduce(x: View, op: Any, loop_indices: Any, dtype: Any = None, mask: Predicate | None = None,
@@ -297,8 +370,14 @@ def loop_reduce(x: View, op: Any, loop_indices: Any, dtype: Any = None, mask: Pr
 
     site = kernel_site()
     fn = I.op_name(op)
-    # The accumulator is one per call site and per iteration of the loops that are NOT reduced.
-    key = (site, tuple(x.shape), tuple(it for _, _, it in m.loop_stack[:-1]) if m.loop_stack else ())
+    fn = {"max": "maximum", "amax": "maximum", "min": "minimum", "amin": "minimum", "sum": "add"}.get(fn, fn)
+    # The accumulator is one per call site and per iteration of the loops that are NOT reduced
+    # (those named in loop_indices; without loop identities, the innermost loop).
+    idx = loop_indices if isinstance(loop_indices, (list, tuple)) else [loop_indices]
+    reduced = {getattr(i, "loop_id", None) for i in idx} - {None}
+    if not reduced and m.loop_stack:
+        reduced = {m.loop_stack[-1][0]}
+    key = (site, tuple(x.shape), tuple((lid, it) for lid, _, it in m.loop_stack if lid not in reduced))
     acc = m.loop_reduce_acc.get(key)
     if acc is None:
         acc = I.tensor_copy(None, x, dtype=dtype or x.dtype, mask=mask)
@@ -321,6 +400,13 @@ def _broadcast(x: View, shape: tuple[int, ...]) -> View:
     shape = tuple(int(s) for s in shape)
     if x.shape == shape:
         return x
+    if len(x.shape) == 1 and len(shape) == 2 and x.shape[0] == shape[0]:
+        # [P] (a reduction without keepdims) is [P, 1]: a free-axis broadcast
+        out = I._new(m, shape, x.dtype)
+        m.issue("tensor_copy", "vector", [("src", x)], [("dst", out)], out, (("broadcast", True),), site)
+        if m.execute:
+            I._write(m, out, np.broadcast_to(I._val(x).reshape(-1, 1), shape), "broadcast_to", site)
+        return out
     if len(shape) != len(x.shape) or any(a not in (1, b) for a, b in zip(x.shape, shape)):
         raise m.fail("broadcast_to", f"cannot broadcast {list(x.shape)} to {list(shape)}", site)
     if x.shape[0] == 1 and shape[0] > 1:
@@ -345,3 +431,18 @@ def _broadcast(x: View, shape: tuple[int, ...]) -> View:
     if m.execute:
         I._write(m, out, np.broadcast_to(I._val(x), shape), "broadcast_to", site)
     return out
+
+
+class _NotEmulatedDtype:
+    """An NKI dtype the emulator has no storage for: using it in a tensor is an NKIError naming it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name} (an MX x4-packed dtype of NeuronCore-v4, not emulated)"
+
+
+# MX x4-packed dtypes (nki.isa.nc_matmul_mx / quantize_mx, NeuronCore-v4): refused, never approximated.
+float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4 = (_NotEmulatedDtype(n) for n in
+                                                      ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4"))

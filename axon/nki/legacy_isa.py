@@ -14,6 +14,7 @@ from axon.nki import instructions as I
 from axon.nki.instructions import (engine, gpsimd_engine, reduce_cmd, scalar_engine,  # noqa: F401
                                    tensor_engine, unknown_engine, vector_engine)
 from axon.nki.machine import active
+from axon.nki.machine import get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
 from axon.nki.memory import IndexExpr, Predicate, View, as_dtype
 from axon.nki.trace import Instr
 
@@ -51,7 +52,9 @@ def assign(dst: View, value: Any) -> None:
         I.dma_copy(dst, value)
         return
     ins = _fresh(value)
-    if ins is not None and ins.opcode != "nc_matmul" and tuple(dst.shape) == tuple(value.shape):
+    # A matmul assigned to a PSUM tile writes it directly (no temporary bank; issue 24).
+    if ins is not None and (ins.opcode != "nc_matmul" or dst.alloc.kind == "psum") \
+            and tuple(dst.shape) == tuple(value.shape):
         box = value.alloc.last_write
         dst = _fit(dst, box)
         m.check_operand(ins.opcode, "dst", dst, ins.engine, (m.file, ins.line))
@@ -89,7 +92,8 @@ def accumulate(dst: View, value: Any, fn: str) -> View:
 
 def nc_matmul(stationary: View, moving: View, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
               is_transpose: bool = False, mask: Predicate | None = None, **kw: Any) -> View:
-    return I.nc_matmul(None, stationary, moving, is_transpose=is_transpose, mask=mask)
+    return I.nc_matmul(None, stationary, moving, is_transpose=is_transpose, accumulate=False,
+                       perf_mode=kw.get("perf_mode"), mask=mask)
 
 
 def nc_transpose(data: View, mask: Predicate | None = None, dtype: Any = None, engine: Any = None, **kw: Any) -> View:
@@ -99,7 +103,7 @@ def nc_transpose(data: View, mask: Predicate | None = None, dtype: Any = None, e
 def activation(op: Any, data: View, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None,
                reduce_res: View | None = None, reduce_cmd: Any = None, mask: Predicate | None = None,
                dtype: Any = None, **kw: Any) -> View:
-    return I.activation(None, op, data, bias, scale, reduce_op, reduce_res, mask=mask, dtype=dtype)
+    return I.activation(None, op, data, bias, scale, reduce_op, reduce_res, reduce_cmd, mask=mask, dtype=dtype)
 
 
 def activation_reduce(op: Any, data: View, reduce_op: Any = None, reduce_res: View | None = None, bias: Any = None,

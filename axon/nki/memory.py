@@ -52,6 +52,14 @@ def dtype_name(dtype: np.dtype) -> str:
     return dtype.name
 
 
+def _index_error(msg: str) -> NKIError:
+    """An indexing error at the kernel line being executed (when a kernel is running)."""
+    from axon.nki.machine import maybe_active
+
+    m = maybe_active()
+    return m.fail("index", msg) if m is not None else NKIError(msg)
+
+
 # ---- buffers -----------------------------------------------------------------------------------
 
 
@@ -85,7 +93,8 @@ class Allocation:
     """One tensor in one memory. `data`/`written` are None in trace mode."""
 
     __slots__ = ("id", "kind", "name", "shape", "dtype", "par_axis", "strides", "data", "written",
-                 "ever_written", "temp", "producer", "last_write", "release", "__weakref__")
+                 "ever_written", "temp", "producer", "last_write", "release", "blocks", "block_bytes", "block_peak", "_root", "first", "last",
+                 "__weakref__")
 
     def __init__(self, id: int, kind: str, name: str, shape: tuple[int, ...], dtype: np.dtype,
                  par_axis: int | None, execute: bool) -> None:
@@ -107,14 +116,59 @@ class Allocation:
         self.data: np.ndarray | None = None
         self.written: np.ndarray | None = None
         if execute:
-            fill = np.nan if dtype.kind == "f" or dtype in (bfloat16, float8_e4m3, float8_e5m2) else 0
-            self.data = np.full(shape, fill, dtype=dtype)
+            if par_axis:
+                # Block dimensions: often far larger than the memory they are allocated in (by
+                # liveness); untouched blocks must cost no host memory, so no fill (pages stay
+                # unmapped). What was never written is tracked by `written`, not by the values.
+                self.data = np.empty(shape, dtype=dtype)
+            else:
+                fill = np.nan if dtype.kind == "f" or dtype in (bfloat16, float8_e4m3, float8_e5m2) else 0
+                self.data = np.full(shape, fill, dtype=dtype)
             self.written = np.zeros(shape, dtype=bool)
         self.ever_written = False
         self.temp = False  # a result tile an instruction allocated itself (legacy return values)
         self.producer = -1  # index of the last instruction that wrote it
         self.last_write: Any = None  # the View that instruction wrote
         self.release: Any = None  # callback that frees it from the live set
+        # Tensors with block dimensions: block index -> [first, last] instruction touching it.
+        self.blocks: dict[tuple[int, ...], list[int]] | None = None
+        self.block_bytes = 0
+        self.block_peak = 1  # most blocks one instruction touches at once
+        self.first = self.last = -1  # first and last instruction that accessed it (liveness)
+        self._root: Allocation | None = None  # the allocation an alias header belongs to
+
+    @property
+    def root(self) -> "Allocation":
+        """The allocation this header belongs to: itself, unless it is an alias."""
+        return self._root or self
+
+    def alias(self, axis: int, split: tuple[int, ...], order: tuple[int, ...]) -> "Allocation":
+        """A second header over the same memory (same id, storage, blocks) with `axis` split into
+        `split` (row-major) and the sub-axes then taken in `order`; writes through it count for this
+        allocation (`root`)."""
+        n = len(self.shape)
+        flat = self.shape[:axis] + split + self.shape[axis + 1:]
+        perm = tuple(range(axis)) + tuple(axis + j for j in order) + tuple(range(axis + len(split), len(flat)))
+        shape = tuple(flat[p] for p in perm)
+        alias = Allocation(self.id, self.kind, self.name, shape, self.dtype, self.par_axis, False)
+        strides = []
+        for a in range(n):
+            if a != axis:
+                strides.append(self.strides[a])
+                continue
+            inner = self.strides[a]
+            sub = []
+            for size in reversed(split):
+                sub.append(inner)
+                inner *= size
+            strides.extend(reversed(sub))
+        alias.strides = tuple(strides[p] for p in perm)
+        alias._root = self.root
+        if self.data is not None:
+            alias.data = np.reshape(self.data, flat, copy=False).transpose(perm)
+            alias.written = np.reshape(self.written, flat, copy=False).transpose(perm)  # type: ignore[arg-type]
+        alias.blocks, alias.block_bytes, alias.temp = self.blocks, self.block_bytes, False
+        return alias
 
     @property
     def free_bytes(self) -> int:
@@ -127,7 +181,7 @@ class Allocation:
 
     def __del__(self) -> None:
         if self.release is not None:
-            self.release(self.id)
+            self.release(self)
 
 
 class View:
@@ -136,16 +190,18 @@ class View:
     behind each kept dimension (for masks), or None.
     """
 
-    __slots__ = ("alloc", "starts", "steps", "sizes", "kept", "vars", "shape", "_np", "maybe_oob")
+    __slots__ = ("alloc", "starts", "steps", "sizes", "kept", "vars", "vpos", "shape", "_np", "maybe_oob")
 
     def __init__(self, alloc: Allocation, starts: tuple[int, ...], steps: tuple[int, ...],
-                 sizes: tuple[int, ...], kept: tuple[int, ...], vars: tuple[int | None, ...] | None = None) -> None:
+                 sizes: tuple[int, ...], kept: tuple[int, ...], vars: tuple[int | None, ...] | None = None,
+                 vpos: tuple[int | None, ...] | None = None) -> None:
         self.alloc = alloc
         self.starts = starts
         self.steps = steps
         self.sizes = sizes
         self.kept = kept
         self.vars = vars
+        self.vpos = vpos  # the broadcast position of each dim's variable (what a mask refers to)
         self.shape = tuple(sizes[a] for a in kept)
         self._np: tuple[Any, ...] | None = None
         # Only affine index expressions can point outside the tensor (a mask must then cut them
@@ -225,16 +281,25 @@ class View:
                 and self.steps == other.steps and self.kept == other.kept)
 
     def restrict(self, box: dict[int, tuple[int, int, int]]) -> "View":
-        """The part a mask keeps: dims carrying a masked variable, or (for views without index
-        variables) dims at the variable's broadcast position, shrink to [lo, hi)."""
+        """The part a mask keeps. A mask is an affine predicate over the instruction's iteration
+        space: a dim carrying the mask's own variable, else the dim whose variable sits at the
+        same broadcast position (compiler-emitted kernels write a fresh nl.arange in the mask), else
+        (views without index variables) the dim at that position, shrinks to [lo, hi)."""
         starts, sizes = list(self.starts), list(self.sizes)
+        # Only a mask variable no index expression uses is positional (a fresh nl.arange, as the
+        # compiler writes masks); one that indexes some operand restricts the dims it indexes.
+        from axon.nki.machine import maybe_active
+
+        m = maybe_active()
+        used = m.indexed_vars if m is not None else set()
         by_pos = {pos: (lo, hi) for lo, hi, pos in box.values()}
+        fresh_pos = {pos: (lo, hi) for vid, (lo, hi, pos) in box.items() if vid not in used}
         changed = False
         for d, a in enumerate(self.kept):
             rng = None
             if self.vars is not None and self.vars[d] is not None:
                 v = box.get(self.vars[d])  # type: ignore[arg-type]
-                rng = (v[0], v[1]) if v else None
+                rng = (v[0], v[1]) if v else fresh_pos.get(self.vpos[d])  # type: ignore[index]
             elif self.vars is None:
                 rng = by_pos.get(d)
             if rng is None:
@@ -245,7 +310,7 @@ class View:
             changed = True
         if not changed:
             return self
-        out = View(self.alloc, tuple(starts), self.steps, tuple(sizes), self.kept, self.vars)
+        out = View(self.alloc, tuple(starts), self.steps, tuple(sizes), self.kept, self.vars, self.vpos)
         out.maybe_oob = self.maybe_oob
         return out
 
@@ -253,22 +318,36 @@ class View:
         """Apply a NumPy-style key (ints, slices, nl.ds, affine index expressions, ...)."""
         if not isinstance(key, tuple):
             key = (key,)
-        if any(k is Ellipsis for k in key):
-            i = next(i for i, k in enumerate(key) if k is Ellipsis)
-            fill = len(self.kept) - (len(key) - 1)
-            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+        for i, k in enumerate(key):
+            if k is Ellipsis:
+                fill = len(self.kept) - (len(key) - 1)
+                key = key[:i] + (slice(None),) * fill + key[i + 1:]
+                break
         if len(key) > len(self.kept):
-            raise NKIError(f"too many indices ({len(key)}) for a tensor of shape {list(self.shape)}")
+            raise _index_error(f"too many indices ({len(key)}) for a tensor of shape {list(self.shape)}")
+        last = -1
+        for d, k in enumerate(key):
+            if type(k) is IndexExpr and len(k.terms) > 1:
+                view, parts = self._split(d, k)
+                return view.index(key[:d] + parts + key[d + 1:])
+            if type(k) is IndexExpr and k.terms:
+                if k.terms[0][2] < last and self.alloc.kind == "hbm":
+                    return self._permuted(key)
+                last = k.terms[0][2]
         starts, steps, sizes = list(self.starts), list(self.steps), list(self.sizes)
         kept: list[int] = []
         vars: list[int | None] = []
+        vpos: list[int | None] = []
         has_var = False
         last_pos = -1
+        indexed: set[int] | None = None
         for d, a in enumerate(self.kept):
             old_var = self.vars[d] if self.vars is not None else None
+            old_pos = self.vpos[d] if self.vpos is not None else None
             if d >= len(key):
                 kept.append(a)
                 vars.append(old_var)
+                vpos.append(old_pos)
                 continue
             k = key[d]
             if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
@@ -276,51 +355,134 @@ class View:
                 if k < 0:
                     k += sizes[a]
                 if not 0 <= k < sizes[a]:
-                    raise NKIError(f"index {key[d]} out of range for axis {d} of size {sizes[a]} "
+                    raise _index_error(f"index {key[d]} out of range for axis {d} of size {sizes[a]} "
                                    f"(tensor {self.alloc.name} {list(self.shape)})")
                 starts[a] += steps[a] * k
                 sizes[a] = 1
             elif isinstance(k, slice):
                 lo, hi, st = k.indices(sizes[a])
                 if st <= 0:
-                    raise NKIError("negative slice steps are not supported on NKI tensors")
+                    raise _index_error("negative slice steps are not supported on NKI tensors")
                 n = len(range(lo, hi, st))
                 starts[a] += steps[a] * lo
                 steps[a] *= st
                 sizes[a] = n
                 kept.append(a)
                 vars.append(old_var)
+                vpos.append(old_pos)
             elif isinstance(k, DynSlice):
                 if k.start < 0 or k.size < 0 or k.start + k.size > sizes[a]:
-                    raise NKIError(f"nl.ds({k.start}, {k.size}) out of range for axis {d} of size {sizes[a]}")
+                    raise _index_error(f"nl.ds({k.start}, {k.size}) out of range for axis {d} of size {sizes[a]}")
                 starts[a] += steps[a] * k.start
                 sizes[a] = k.size
                 kept.append(a)
                 vars.append(old_var)
+                vpos.append(old_pos)
             elif isinstance(k, IndexExpr):
                 if not k.terms:
                     starts[a] += steps[a] * k.const
                     sizes[a] = 1
                     continue
-                if len(k.terms) != 1:
-                    raise NKIError("an index expression may use one nl.arange variable per axis")
                 vid, size, pos, _, coef = k.terms[0]
                 if coef <= 0 or pos <= last_pos:
-                    raise NKIError("index expressions must use positive coefficients with arange "
+                    raise _index_error("index expressions must use positive coefficients with arange "
                                    "variables in axis order")
                 last_pos = pos
+                if indexed is None:
+                    from axon.nki.machine import maybe_active
+
+                    m = maybe_active()
+                    indexed = m.indexed_vars if m is not None else set()
+                indexed.add(vid)
                 starts[a] += steps[a] * k.const
                 steps[a] *= coef
                 sizes[a] = size
                 kept.append(a)
                 vars.append(vid)
+                vpos.append(pos)
                 has_var = True
             else:
-                raise NKIError(f"unsupported index {k!r} on tensor {self.alloc.name}")
+                raise _index_error(f"unsupported index {k!r} on tensor {self.alloc.name}")
+        with_vars = has_var or self.vars is not None
         out = View(self.alloc, tuple(starts), tuple(steps), tuple(sizes), tuple(kept),
-                   tuple(vars) if (has_var or self.vars is not None) else None)
+                   tuple(vars) if with_vars else None, tuple(vpos) if with_vars else None)
         out.maybe_oob = has_var or self.maybe_oob
         return out
+
+    def _permuted(self, key: tuple[Any, ...]) -> "View":
+        """An HBM access whose index variables come in another order than the axes (`out[i_f, i_p]`,
+        a transposing DMA): the same memory seen with those axes swapped, indexed in order."""
+        dims = [d for d, k in enumerate(key) if type(k) is IndexExpr and k.terms]
+        by_pos = [d for _, d in sorted((key[d].terms[0][2], d) for d in dims)]
+        order = list(range(len(self.kept)))
+        for slot, d in zip(dims, by_pos):
+            order[slot] = d
+        perm = list(range(len(self.alloc.shape)))
+        for slot, d in enumerate(order):
+            perm[self.kept[slot]] = self.kept[d]
+        al = self.alloc
+        alias = Allocation(al.id, al.kind, al.name, tuple(al.shape[p] for p in perm), al.dtype, None, False)
+        alias.strides = tuple(al.strides[p] for p in perm)
+        alias._root = al.root
+        if al.data is not None:
+            alias.data = al.data.transpose(perm)
+            alias.written = al.written.transpose(perm)  # type: ignore[union-attr]
+        pick = lambda t: tuple(t[p] for p in perm)  # noqa: E731
+        vars = None if self.vars is None else tuple(self.vars[d] for d in order)
+        vpos = None if self.vpos is None else tuple(self.vpos[d] for d in order)
+        view = View(alias, pick(self.starts), pick(self.steps), pick(self.sizes), self.kept, vars, vpos)
+        view.maybe_oob = self.maybe_oob
+        return view.index(tuple(key[order[i]] if order[i] < len(key) else slice(None)
+                                for i in range(max(len(key), max(dims) + 1))))
+
+    def _split(self, d: int, expr: IndexExpr) -> tuple["View", tuple[Any, ...]]:
+        """`c1 * i + c2 * j + k` on one axis (several nl.arange terms): the axis, seen as
+        [n / c1, c1] (then c1 as [c1 / c2, c2], ...) in an alias of the same memory, takes one
+        term per sub-axis. Returns the view over the alias and the key parts for the sub-axes."""
+        a = self.kept[d]
+        n = self.alloc.shape[a]
+        where = f"index expression with {len(expr.terms)} nl.arange terms on axis {d} of {self.alloc.name} " \
+                f"{list(self.shape)}"
+        if self.starts[a] != 0 or self.steps[a] != 1 or self.sizes[a] != n:
+            raise _index_error(f"{where}: only a whole axis can be indexed with several nl.arange terms")
+        pa = self.alloc.par_axis
+        if pa is not None and a <= pa:
+            raise _index_error(f"{where}: the partition axis and block axes take one nl.arange term")
+        terms = sorted(expr.terms, key=lambda t: -abs(t[4]))
+        if any(t[4] <= 0 for t in terms):
+            raise _index_error(f"{where}: coefficients must be positive")
+        split: list[int] = []
+        parts: list[Any] = []
+        extent, const = n, expr.const
+        for j, (vid, size, pos, ndim, coef) in enumerate(terms):
+            if j + 1 == len(terms):  # the last term indexes what is left directly
+                split.append(extent)
+                parts.append(IndexExpr(((vid, size, pos, ndim, coef),), const))
+                break
+            inner = coef
+            rest = const % inner + sum(c * (sz - 1) for _, sz, _, _, c in terms[j + 1:])
+            if extent % inner or rest >= inner:
+                raise _index_error(f"{where}: the terms do not tile the axis (an axis of {extent} split by {inner})")
+            split.append(extent // inner)
+            parts.append(IndexExpr(((vid, size, pos, ndim, 1),), const // inner))
+            extent, const = inner, const % inner
+        # Sub-axes in the order of their variables' broadcast positions (`i_f2 * n + i_f1` walks
+        # the axis column-major: a transposing access).
+        order = tuple(sorted(range(len(split)), key=lambda j: parts[j].terms[0][2]))
+        alias = self.alloc.alias(a, tuple(split), order)
+        k = len(split) - 1
+        starts = self.starts[:a] + (0,) * len(split) + self.starts[a + 1:]
+        steps = self.steps[:a] + (1,) * len(split) + self.steps[a + 1:]
+        kept = tuple(x if x < a else x + k for x in self.kept[:d]) + tuple(range(a, a + len(split))) + \
+            tuple(x + k for x in self.kept[d + 1:])
+        vars = vpos = None
+        if self.vars is not None:
+            vars = self.vars[:d] + (None,) * len(split) + self.vars[d + 1:]
+            vpos = self.vpos[:d] + (None,) * len(split) + self.vpos[d + 1:]  # type: ignore[index]
+        view = View(alias, starts, steps, self.sizes[:a] + tuple(split[j] for j in order) + self.sizes[a + 1:],
+                    kept, vars, vpos)
+        view.maybe_oob = self.maybe_oob
+        return view, tuple(parts[j] for j in order)
 
     # ---- kernel-facing operators (the legacy API's tile expressions) -------------------------
     def __getitem__(self, key: Any) -> "View":

@@ -36,12 +36,25 @@ class Kernel:
         self.__wrapped__ = fn
 
     def __getitem__(self, grid: Any) -> "Kernel":
-        return Kernel(self.fn, tuple(grid) if isinstance(grid, tuple) else (int(grid),))
+        return Kernel(self.fn, tuple(int(g) for g in grid) if isinstance(grid, tuple) else (int(grid),))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if maybe_active() is not None:
+        m = maybe_active()
+        if m is None:
+            return run(self, *args, **kwargs)
+        if not self.grid:
             return self.fn(*args, **kwargs)
-        return run(self, *args, **kwargs)
+        # An SPMD launch from inside a kernel or its host caller: every program, in this machine.
+        saved = m.program_ids, m.num_programs
+        result = None
+        try:
+            for i in range(int(np.prod(self.grid))):
+                m.program_ids = tuple(int(v) for v in np.unravel_index(i, self.grid))
+                m.num_programs = self.grid
+                result = self.fn(*args, **kwargs)
+        finally:
+            m.program_ids, m.num_programs = saved
+        return result
 
 
 def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
@@ -150,6 +163,18 @@ def _hw(hw: str | HardwareSpec) -> HardwareSpec:
     return hw if isinstance(hw, HardwareSpec) else load_hw(hw)
 
 
+def _is_tensor_spec(x: Any) -> bool:
+    """A `(shape, dtype)` pair or an object with `.shape` and `.dtype` (not a dtype itself); anything
+    else (a tuple shape, a dtype, an int) is a compile-time parameter passed through to the kernel."""
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (tuple, list)):
+        try:
+            as_dtype(x[1])
+        except AxonError:
+            return False
+        return all(isinstance(s, (int, np.integer)) for s in x[0])
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (np.dtype, type))
+
+
 def _spec(x: Any) -> tuple[tuple[int, ...], np.dtype, np.ndarray | None]:
     if isinstance(x, np.ndarray):
         return tuple(x.shape), x.dtype, x
@@ -174,7 +199,7 @@ def _execute(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], hw: str
     with machine:
         call_args: list[Any] = []
         for i, a in enumerate(args):
-            if isinstance(a, np.ndarray) or (not execute and not isinstance(a, (int, float, bool, str)) and a is not None):
+            if isinstance(a, np.ndarray) or (not execute and _is_tensor_spec(a)):
                 shape, dtype, data = _spec(a)
                 name = params[i] if i < len(params) else f"arg{i}"
                 alloc = machine.allocate(shape, dtype, "hbm", name)
@@ -197,6 +222,7 @@ def _execute(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], hw: str
                 raise
             except Exception as exc:
                 raise _kernel_error(exc, file, machine.kernel) from None
+        machine.check_liveness()
     return machine, result
 
 

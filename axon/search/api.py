@@ -13,31 +13,23 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from axon import __version__
-from axon.errors import AxonError, SpecError
+from axon.errors import AxonError, SpecError, StoreError
 from axon.ir import Graph, flops, min_bytes
-from axon.measure.backend import get_backend, kernel_hash, write_kernel
+from axon.measure.backend import get_backend, kernel_cache, kernel_hash, write_kernel
 from axon.measure.records import RecordDB
+from axon.search.checks import AdversarialReport, adversarial_check
+from axon.search.checks import NumericsCheck, _cast, _rebind, numerics_check, tolerance  # noqa: F401 - re-exported
 from axon.search.costmodel import CostModel
+from axon.search.guards import check_journal, corrupt_journal, kernel_out_path, prepare_workdir
 from axon.search.problem import LoweredProblem
 from axon.search.roofline import roofline
 from axon.search.tuner import TrialLog, TuneConfig, Tuner
 from axon.target import load_hw
-
-
-@dataclass(frozen=True)
-class NumericsCheck:
-    dims: dict[str, int]
-    max_rel_err: float
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return self.max_rel_err <= self.tolerance
 
 
 @dataclass(frozen=True)
@@ -65,6 +57,9 @@ class TuneReport:
     study: str
     run_id: str = ""
     curve: tuple[float, ...] = field(default_factory=tuple)
+    adversarial: AdversarialReport | None = None  # the chosen kernel on the adversarial input classes
+    fp_rejected: tuple[str, ...] = ()  # proved variants not offered: floating-point hazard, and why
+    variant_id: str = ""  # the chosen variant's hash, as `axon variants` lists it
 
     def summary(self) -> str:
         def us(ns: float | None) -> str:
@@ -75,7 +70,8 @@ class TuneReport:
             f"{self.workload} {self.shapes} {self.dtype} on {self.hw} ({self.backend}): best {us(best)} "
             f"after {self.measured} measured / {self.reused} reused / {self.failed} failed trials in {self.elapsed_s:.1f} s",
             f"  kernel: {self.kernel_path}",
-            f"  variant: {' + '.join(self.moves) or 'as written'}; {self.best_description}",
+            f"  variant: {' + '.join(self.moves) or 'as written'}; {self.best_description}"
+            + (f" [id {self.variant_id[:8]}]" if self.variant_id else ""),
         ]
         for name, ns in (("unfused", self.unfused_ns), ("expert", self.expert_ns)):
             if ns is not None and best:
@@ -86,16 +82,17 @@ class TuneReport:
             lines.append(f"  numerics: emulator vs float64 reference at {self.numerics.dims}: max rel err "
                          f"{self.numerics.max_rel_err:.2e} (tolerance {self.numerics.tolerance:g}) "
                          f"{'OK' if self.numerics.ok else 'FAILED'}")
+        if self.adversarial is not None:
+            lines.append(f"  adversarial: emulator in {self.adversarial.dtype} at {self.adversarial.dims}, worst rel err per input "
+                         f"class: {self.adversarial.summary()} {'OK' if self.adversarial.ok else 'FAILED'}")
+        for text in self.fp_rejected:
+            lines.append(f"  not offered (floating point): {text}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["numerics_ok"] = None if self.numerics is None else self.numerics.ok
         return data
-
-
-def tolerance(dtype: str) -> float:
-    return 1e-5 if dtype == "float32" else 2e-2
 
 
 def workload_graph(workload: Any, preset: str, dtype: str, shape: dict[str, int] | None) -> Graph:
@@ -110,64 +107,21 @@ def workload_graph(workload: Any, preset: str, dtype: str, shape: dict[str, int]
 TUNING_EXCLUDED_MOVES = frozenset({"split-tiles"})
 
 
-def verified_variants(graph: Graph, depth: int = 4, max_variants: int = 24) -> list[Any]:
-    """The graph's variants whose every move was proved (the original first)."""
+def verified_variants(graph: Graph, depth: int = 4, max_variants: int = 24, rejected: list[Any] | None = None) -> list[Any]:
+    """The graph's variants whose every move was proved and that pass the floating-point gate in the
+    graph's dtype (`axon.verify.floating.screen`; the original first). Rejections are appended to
+    `rejected` when given."""
     from axon.synth import discover_variants
     from axon.verify import Proof
+    from axon.verify.floating import screen
 
     found = discover_variants(graph, max_depth=depth, max_variants=max_variants, exclude=TUNING_EXCLUDED_MOVES)
-    kept = [v for v in found if all(isinstance(p, Proof) for p in v.proofs)]
+    kept, dropped = screen(graph, [v for v in found if all(isinstance(p, Proof) for p in v.proofs)])
+    if rejected is not None:
+        rejected.extend(dropped)
     if not kept:
         raise AxonError(f"{graph.name}: variant discovery returned nothing")
     return kept
-
-
-def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: float = 4e9, seed: int = 0) -> NumericsCheck:
-    """Execute the kernel of `point` in the emulator against the float64 reference.
-
-    At the tuned shape when it is small enough, otherwise at a reduced shape (each dimension cut to
-    at most 512, 1024 or 2048: the first at which the point lowers) with the same point, so the same
-    tiling code runs on real numbers.
-    """
-    from axon import nki
-    from axon.ir import max_rel_error, reference_case
-
-    graph = problem.graph
-    dims = dict(graph.bindings)
-    if flops(graph) > max_flops:
-        # the smallest reduced shape at which the same point lowers (a point may need, e.g., two
-        # n tiles per group); the tuned shape itself if none does
-        for cap in (512, 1024, 2048):
-            small = {k: min(v, cap) for k, v in dims.items()}
-            g = graph.bind(**small)
-            p = LoweredProblem(problem.workload, g, problem.hw, [_rebind(v, small) for v in problem.variants], problem.dtype)
-            if p.validate(point) is None:
-                problem, graph, dims = p, g, small
-                break
-    reason = problem.validate(point)
-    if reason is not None:
-        raise AxonError(f"the best point cannot be checked at {dims}: {reason}")
-    cand = problem.build(point)
-    inputs, expected = reference_case(graph, seed)
-    path = write_kernel(cand.source)
-    fn = nki.load_kernel(f"{path}:{cand.kernel}")
-    arrays = [inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype) for n in graph.input_names]
-    out = nki.run(fn, *arrays, hw=problem.hw)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    worst = max_rel_error(dict(zip(graph.output_names, outs)), expected)
-    return NumericsCheck(dims, worst, tolerance(problem.dtype))
-
-
-def _cast(x: np.ndarray, dtype: str) -> np.ndarray:
-    import ml_dtypes
-
-    return x.astype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}.get(dtype, np.float32))
-
-
-def _rebind(variant: Any, dims: dict[str, int]) -> Any:
-    from dataclasses import replace
-
-    return replace(variant, graph=variant.graph.bind(**dims))
 
 
 def _baseline(problem: LoweredProblem, backend: Any, db: RecordDB, point: dict[str, Any], label: str) -> float | None:
@@ -201,10 +155,30 @@ def expert_latency(workload: str, graph: Graph, hw: Any, backend: Any) -> float 
     return m.latency_ns
 
 
-def load_cost_model(ref: str | None, seed: int, tracking_uri: str | None = None) -> CostModel:
-    """A new model, a saved JSON file, or a registered one (`models:/name@alias`)."""
+def load_cost_model(ref: str | None, seed: int, tracking_uri: str | None = None, hw: str | None = None,
+                    warn: Callable[[str], None] | None = None) -> CostModel:
+    """A new model, a saved JSON file, or a registered one (`models:/name@alias`).
+
+    When the model was trained on another hardware file than `hw` (by its recorded `hw`, or for a
+    registered model by its name `axon-costmodel-<hw>`), `warn` is told once.
+    """
     if not ref:
         return CostModel(seed=seed)
+    model = _load_cost_model(ref, seed, tracking_uri)
+    trained_on = getattr(model, "hw", None) or _hw_from_name(ref)
+    if hw and warn and trained_on and hw not in trained_on.split(","):
+        warn(f"cost model {ref} was trained on {trained_on}, tuning on {hw}: its ranking may not transfer")
+    return model
+
+
+def _hw_from_name(ref: str) -> str | None:
+    import re
+
+    m = re.search(r"costmodel-([A-Za-z0-9_]+)", ref)
+    return m.group(1) if m else None
+
+
+def _load_cost_model(ref: str, seed: int, tracking_uri: str | None) -> CostModel:
     if ref.startswith("models:/"):
         import tempfile
 
@@ -225,13 +199,39 @@ def load_cost_model(ref: str | None, seed: int, tracking_uri: str | None = None)
 
 
 def journal_storage(workdir: Path, storage: str | None) -> Any:
-    import optuna
+    """The Optuna storage: a URL as given, else a journal file (default WORKDIR/optuna.log), checked first."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    if storage:
-        return storage if "://" in storage else JournalStorage(JournalFileBackend(storage))
-    return JournalStorage(JournalFileBackend(str(workdir / "optuna.log")))
+    if storage and "://" in storage:
+        return storage
+    path = Path(storage) if storage else workdir / "optuna.log"
+    check_journal(path)
+    try:
+        return JournalStorage(JournalFileBackend(str(path)))
+    except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:  # lines that parse but do not replay
+        raise StoreError(corrupt_journal(path, f"{type(exc).__name__} replaying it")) from None
+
+
+def failure_summary(logs: Sequence[TrialLog], failed: int) -> str:
+    """`4 failed (3x "reason a", 1x "reason b"): first: <the first reason in full>`."""
+    from collections import Counter
+
+    reasons = [l.reason.strip() for l in logs if l.status in ("infeasible", "error")]
+    if not reasons:
+        return f"{failed} failed"
+    counts = Counter(r.splitlines()[0][:80] if r else "no reason recorded" for r in reasons)
+    common = ", ".join(f'{n}x "{r}"' for r, n in counts.most_common(3))
+    more = f", {len(counts) - 3} other reasons" if len(counts) > 3 else ""
+    return f"{failed} failed ({common}{more}): first: {reasons[0].splitlines()[0] if reasons[0] else '?'}"
+
+
+class TuneInterrupted(KeyboardInterrupt):
+    """Ctrl-C during tuning; `kernel_path` is the best kernel so far, checked and written (or "")."""
+
+    def __init__(self, message: str, kernel_path: str = "") -> None:
+        super().__init__(message)
+        self.message, self.kernel_path = message, kernel_path
 
 
 def tune(
@@ -257,23 +257,41 @@ def tune(
     patience: int | None = None,
     depth: int = 4,
     check: bool = True,
+    force: bool = False,
     on_trial: Callable[[TrialLog], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> TuneReport:
     """Tune one workload and return the report; the best kernel is written to `out`.
 
+    `workload` is a built-in name or a spec file `path.py:function` (a relative path from the
+    working directory). Before any tracing, the problem is checked against the hardware file's HBM
+    and this machine's memory and time (`axon.search.guards`; `force=True` skips that). Kernel files
+    traced while tuning go to WORKDIR/cache/kernels. Ctrl-C after a valid measurement checks and
+    writes the best kernel so far and raises `TuneInterrupted` with its path.
+
     >>> # tune("rmsnorm_matmul", preset="small", trials=8, workdir="/tmp/axon")  # doctest: +SKIP
     """
+    from axon.search.guards import check_tune
     from axon.workloads import get
 
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    if trials < 1:
+        raise SpecError(f"trials must be at least 1, got {trials}")
+    if seconds is not None and not seconds > 0:
+        raise SpecError(f"seconds must be positive, got {seconds:g}: no trial could run")
+    workdir = prepare_workdir(workdir)
     w = get(workload)
     graph = workload_graph(w, preset, dtype, shape)
     spec = load_hw(hw)
-    meter = get_backend(backend)
-    variants = verified_variants(graph, depth)
+    kernel_out_path(out, workdir, w.kernel_name, spec.name, "0" * 8)  # refuse a bad --out before any work
+    if not force:
+        check_tune(graph, spec, w.name)
+    kernels = kernel_cache(workdir)
+    meter = get_backend(backend, kernels)
+    optuna_storage = journal_storage(workdir, storage)
+    fp_rejected: list[Any] = []
+    variants = verified_variants(graph, depth, rejected=fp_rejected)
     problem = LoweredProblem(w.name, graph, spec, variants, dtype)
-    model = load_cost_model(cost_model, seed, tracking_uri)
+    model = load_cost_model(cost_model, seed, tracking_uri, hw=spec.name, warn=warn or _warn)
     db = RecordDB(workdir / "records.db")
     config = TuneConfig(trials=trials, seconds=seconds, sampler=sampler, seed=seed, patience=patience, study_name=study)
     bound = roofline(graph, spec)
@@ -291,6 +309,22 @@ def tune(
     start = time.perf_counter()
     logs: list[TrialLog] = []
 
+    checked: dict[str, Any] = {}
+
+    def checked_kernel(point: dict[str, Any]) -> tuple[Any, NumericsCheck | None, Path]:
+        numerics = numerics_check(problem, point, seed=seed, directory=kernels) if check else None
+        if numerics is not None and not numerics.ok:
+            raise AxonError(f"{w.name}: the best kernel does not match the reference (max rel err {numerics.max_rel_err:.2e})")
+        adversarial = adversarial_check(problem, point, kernels, seed=seed) if check else None
+        if adversarial is not None and not adversarial.ok:
+            raise AxonError(f"{w.name}: the best kernel fails the adversarial numerics check: {adversarial.failure()}")
+        checked["adversarial"] = adversarial
+        cand = problem.build(point)
+        kernel_path = kernel_out_path(out, workdir, w.kernel_name, spec.name, cand.kernel_hash)
+        kernel_path.parent.mkdir(parents=True, exist_ok=True)
+        kernel_path.write_text(cand.source)
+        return cand, numerics, kernel_path
+
     def run_with(run: Any) -> TuneReport:
         def trial_hook(log: TrialLog) -> None:
             logs.append(log)
@@ -305,18 +339,23 @@ def tune(
                 on_trial(log)
 
         tuner = Tuner(problem, meter, db, TuneConfig(**{**asdict(config), "run_id": run.run_id if run else ""}),
-                      journal_storage(workdir, storage), model, trial_hook)
-        result = tuner.run()
+                      optuna_storage, model, trial_hook)
+        try:
+            result = tuner.run()
+        except KeyboardInterrupt:
+            best = tuner.best()
+            if best is None:
+                raise TuneInterrupted(f"{w.name}: interrupted before any valid measurement; no kernel written") from None
+            _, _, kernel_path = checked_kernel(dict(best.point))
+            raise TuneInterrupted(f"{w.name}: interrupted; best so far {best.latency_ns / 1e3:,.1f} us, "
+                                  f"kernel: {kernel_path}", str(kernel_path)) from None
         if result.best is None:
-            raise AxonError(f"{w.name}: no trial produced a valid measurement ({result.failed} failed)")
+            if not result.trials:
+                raise AxonError(f"{w.name}: no trial ran (the study {result.study_name} already has --trials {trials} "
+                                f"trials, or --seconds ended first): raise --trials or --seconds")
+            raise AxonError(f"{w.name}: no trial produced a valid measurement: {failure_summary(result.trials, result.failed)}")
         best_point = dict(result.best.point)
-        numerics = numerics_check(problem, best_point, seed=seed) if check else None
-        if numerics is not None and not numerics.ok:
-            raise AxonError(f"{w.name}: the best kernel does not match the reference (max rel err {numerics.max_rel_err:.2e})")
-        cand = problem.build(best_point)
-        kernel_path = Path(out) if out else workdir / "kernels" / f"{w.name}_{spec.name}_{cand.kernel_hash[:8]}.py"
-        kernel_path.parent.mkdir(parents=True, exist_ok=True)
-        kernel_path.write_text(cand.source)
+        cand, numerics, kernel_path = checked_kernel(best_point)
         unfused = _baseline(problem, meter, db, problem.unfused_point(0), "unfused")
         expert = expert_latency(w.name, graph, spec, meter)
         index = int(best_point.get("variant", 0))
@@ -325,9 +364,11 @@ def tune(
         report = TuneReport(w.name, dict(graph.bindings), dtype, spec.name, meter.name, sampler, seed, result.best.latency_ns,
                             best_point, problem.describe(best_point), str(kernel_path), moves, unfused, expert,
                             bound.bound_ns, numerics, result.measured, result.reused, result.failed,
-                            time.perf_counter() - start, result.study_name, run.run_id if run else "", curve)
+                            time.perf_counter() - start, result.study_name, run.run_id if run else "", curve,
+                            checked.get("adversarial"), tuple(r.describe() for r in fp_rejected),
+                            getattr(problem.variants[index], "hash", ""))
         if run is not None:
-            _log_artifacts(run, report, problem, cand, logs, problem.variants[index], model, workdir)
+            _log_artifacts(run, report, problem, cand, logs, problem.variants[index], model, workdir, kernels)
         return report
 
     if tracker is None:
@@ -337,8 +378,14 @@ def tune(
         return run_with(run)
 
 
+def _warn(message: str) -> None:
+    import warnings
+
+    warnings.warn(message, stacklevel=3)
+
+
 def _log_artifacts(run: Any, report: TuneReport, problem: LoweredProblem, cand: Any, logs: list[TrialLog], variant: Any,
-                   model: CostModel, workdir: Path) -> None:
+                   model: CostModel, workdir: Path, kernels: Path) -> None:
     run.log_text(cand.source, f"kernel/{Path(report.kernel_path).name}")
     run.log_dict(report.as_dict(), "report.json")
     buf = io.StringIO()
@@ -383,7 +430,7 @@ def _log_artifacts(run: Any, report: TuneReport, problem: LoweredProblem, cand: 
     except Exception as exc:  # a plot is not worth failing a run over; say so in the run
         run.set_tags({"axon.plot_error": str(exc)[:200]})
     try:
-        _log_timeline(run, problem, cand, plots)
+        _log_timeline(run, problem, cand, plots, kernels)
     except AxonError as exc:
         run.set_tags({"axon.timeline_error": str(exc)[:200]})
     if model.is_trained and model.booster is not None:
@@ -391,12 +438,24 @@ def _log_artifacts(run: Any, report: TuneReport, problem: LoweredProblem, cand: 
         run.log_dict(dict(sorted(importance.items(), key=lambda kv: -kv[1])), "cost_model/feature_importance.json")
 
 
-def _log_timeline(run: Any, problem: LoweredProblem, cand: Any, folder: Path) -> None:
+def _log_timeline(run: Any, problem: LoweredProblem, cand: Any, folder: Path, kernels: Path) -> None:
     """The best kernel's engine timeline (PNG Gantt chart and Perfetto JSON) from the simulator."""
     from axon import nki, sim
 
-    fn = nki.load_kernel(f"{write_kernel(cand.source)}:{cand.kernel}")
-    timing = sim.simulate(nki.trace(fn, *[(shape, dtype) for _, shape, dtype in cand.inputs], hw=problem.hw), problem.hw)
+    from axon.search.guards import trace_instructions
+
+    fn = nki.load_kernel(f"{write_kernel(cand.source, kernels)}:{cand.kernel}")
+    # a large kernel's timeline shows its first TIMELINE_TRIPS iterations of each top-level loop:
+    # tracing it whole would take minutes to hours, and a Gantt chart of 10^6 instructions is unreadable
+    whole = trace_instructions(problem.graph) * 16 / 3 < TIMELINE_MAX_INSTRUCTIONS
+    limit = None if whole else (lambda trips: min(trips, TIMELINE_TRIPS))
+    timing = sim.simulate(nki.trace(fn, *[(shape, dtype) for _, shape, dtype in cand.inputs], hw=problem.hw,
+                                    loop_limit=limit), problem.hw)
     run.log_artifact(timing.timeline.to_png(folder / f"timeline_{run.run_id}.png"), "timeline")
     run.log_artifact(timing.timeline.to_perfetto(folder / f"timeline_{run.run_id}.json"), "timeline")
-    run.log_text(timing.summary(), "timeline/summary.txt")
+    note = "" if whole else f"(first {TIMELINE_TRIPS} iterations of each top-level loop)\n"
+    run.log_text(note + timing.summary(), "timeline/summary.txt")
+
+
+TIMELINE_MAX_INSTRUCTIONS = 2e5
+TIMELINE_TRIPS = 16

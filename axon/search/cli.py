@@ -10,17 +10,28 @@ import click
 from axon.track.cli import resolve_workdir, workdir_option
 
 
+def _warn(message: str) -> None:
+    click.echo(f"axon: warning: {message}", err=True)
+
+
 class Progress:
     """A tqdm bar on stderr showing the best latency so far (silent with --quiet/--json)."""
 
-    def __init__(self, total: int, label: str, enabled: bool) -> None:
+    def __init__(self, total: int, label: str, enabled: bool, verbose: bool = False) -> None:
         self.bar = None
+        self.verbose = verbose
         if enabled:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=label, unit="trial", file=sys.stderr, dynamic_ncols=True, leave=True)
 
     def __call__(self, log) -> None:
+        if self.verbose and log.status in ("infeasible", "error"):
+            line = f"trial {log.number} {log.status}: {log.reason.strip().splitlines()[0] if log.reason.strip() else '?'}"
+            if self.bar is not None:
+                self.bar.write(line, file=sys.stderr)
+            else:
+                click.echo(line, err=True)
         if self.bar is None:
             return
         self.bar.update(1)
@@ -40,7 +51,8 @@ class Progress:
 @click.option("--hw", default="trn1", show_default=True, help="Hardware file: trn1, trn2 or a YAML path.")
 @click.option("--backend", default="sim", show_default=True, type=click.Choice(["sim", "neuron"]))
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(1))
-@click.option("--seconds", default=None, type=float, help="Time budget (stops at whichever budget ends first).")
+@click.option("--seconds", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="Time budget in seconds, > 0 (stops at whichever budget ends first).")
 @click.option("--sampler", default="costmodel", show_default=True, type=click.Choice(["costmodel", "tpe", "random"]))
 @click.option("--cost-model", default=None, help="A model file or models:/axon-costmodel-trn1@champion to start from.")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -53,19 +65,39 @@ class Progress:
 @click.option("--patience", default=None, type=int, help="Stop after this many trials without improvement.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--verbose", "-v", is_flag=True, help="Print each failed trial's reason as it happens (stderr).")
+@click.option("--force", is_flag=True, help="Skip the HBM, host-memory and time guards (for those who know better).")
 def tune(workload, shape, preset, dtype, hw, backend, trials, seconds, sampler, cost_model, seed, workdir, storage, study,
-         out, tracking_uri, no_track, patience, quiet, as_json) -> None:
-    """Tune WORKLOAD (a built-in name or path.py:function) and write the best verified kernel."""
+         out, tracking_uri, no_track, patience, quiet, as_json, verbose, force) -> None:
+    """Tune WORKLOAD (a built-in name or path.py:function) and write the best verified kernel.
+
+    A spec file's path is taken from the working directory. Ctrl-C writes the best kernel so far
+    (checked against the reference) and exits 130.
+    """
+    import signal
+
     from axon.cli import parse_shape_option
+    from axon.search.guards import preflight
+
+    # started in the background by a non-interactive shell, SIGINT arrives ignored: Ctrl-C (or
+    # kill -INT) must still stop the run and write the best kernel so far
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    dims = parse_shape_option(shape)
+    preflight(workload, dims, preset, dtype, hw, resolve_workdir(workdir), out, force, storage)  # before the heavy imports
+    from axon.search.api import TuneInterrupted
     from axon.search.api import tune as run_tune
 
-    dims = parse_shape_option(shape)
-    progress = Progress(trials, workload, enabled=not (quiet or as_json))
+    label = workload.rpartition(":")[2] if ".py:" in workload else workload
+    progress = Progress(trials, label, enabled=not (quiet or as_json), verbose=verbose)
     try:
         report = run_tune(workload, shape=dims, preset=preset, dtype=dtype, hw=hw, backend=backend, trials=trials,
                           seconds=seconds, sampler=sampler, cost_model=cost_model, seed=seed, workdir=resolve_workdir(workdir),
                           storage=storage, study=study, out=out, track=not no_track, tracking_uri=tracking_uri,
-                          patience=patience, on_trial=progress)
+                          patience=patience, force=force, on_trial=progress, warn=_warn)
+    except TuneInterrupted as stop:
+        progress.close()
+        click.echo(f"axon: {stop.message}", err=True)
+        sys.exit(130)
     finally:
         progress.close()
     if as_json:
@@ -79,22 +111,34 @@ def tune(workload, shape, preset, dtype, hw, backend, trials, seconds, sampler, 
 @workdir_option
 @click.option("--cost-model", default=None, help="Start every task from this model (file or models:/...).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
-@click.option("--trials", default=None, type=int, help="Override the config's trials per task.")
+@click.option("--trials", default=None, type=click.IntRange(1), help="Override the config's trials per task (>= 1).")
 @click.option("--sampler", default=None, type=click.Choice(["costmodel", "tpe", "random"]), help="Override the config's sampler.")
 @click.option("--fail-on-regression", is_flag=True, help="Exit 3 when a task is more than the threshold slower than last time.")
 @click.option("--quiet", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
 def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_regression, quiet, as_json) -> None:
-    """Run (or resume) the sweep CONFIG (e.g. configs/sweeps/nightly.yaml) as nested MLflow runs."""
-    from axon.search.sweep import run_sweep
+    """Run (or resume) the sweep CONFIG (e.g. configs/sweeps/nightly.yaml) as nested MLflow runs.
+
+    An entry's spec file (`path.py:function`) is found from the config file's directory. Every entry
+    is checked before the first is tuned (exit 2 naming the entry). Exit 1 when an entry failed
+    while tuning (each named with its reason on stderr), else 3 with --fail-on-regression when a
+    task got slower, else 0.
+    """
+    from axon.search.guards import preflight_sweep
+    from axon.search.sweepconfig import load_sweep
 
     path = resolve_workdir(workdir)
+    parsed = load_sweep(config)
+    preflight_sweep(parsed, path)  # every entry, before the heavy imports
+
+    from axon.search.sweep import run_sweep
+
     bar = {"p": None}
 
     def on_task(key: str, i: int, n: int) -> None:
         if bar["p"] is not None:
             bar["p"].close()
-        bar["p"] = Progress(trials or 0, f"[{i + 1}/{n}] {key}", enabled=not (quiet or as_json))
+        bar["p"] = Progress(trials or parsed.trials, f"[{i + 1}/{n}] {key}", enabled=not (quiet or as_json))
 
     def on_trial(log) -> None:
         if bar["p"] is not None:
@@ -117,5 +161,10 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
         if report.regressions:
             click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
         click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")
+    for row in report.failures:
+        click.echo(f"axon: error: sweep {report.name}: entry {row.key} failed: {row.error.splitlines()[0] if row.error else '?'}",
+                   err=True)
+    if report.failures:
+        sys.exit(1)
     if fail_on_regression and report.regressions:
         sys.exit(3)

@@ -82,6 +82,7 @@ class CostModel:
     def __init__(self, rounds: int = 80, max_depth: int = 6, eta: float = 0.2, seed: int = 0, nthread: int = 1,
                  replicas: int = 5, replica_max_records: int = 512) -> None:
         self.rounds = rounds
+        self.hw: str | None = None  # the hardware file the records it was trained on came from (saved with it)
         self.params = {
             "objective": "reg:squarederror",
             "max_depth": max_depth,
@@ -139,6 +140,9 @@ class CostModel:
             return None
         if not self.feature_names:
             self.feature_names = sorted({k for r in ok for k in r.features})
+        machines = sorted({r.hw for r in ok})
+        self.hw = machines[0] if len(machines) == 1 and self.hw in (None, machines[0]) else ",".join(
+            sorted(set(machines) | ({self.hw} if self.hw else set())))
         labels = normalized_labels(ok)
         held = np.array([int(r.kernel_hash[:8], 16) % 100 < holdout * 100 if _hexish(r.kernel_hash) else False for r in ok])
         if held.sum() < 4 or (~held).sum() < 2:
@@ -193,7 +197,8 @@ class CostModel:
             raise StoreError("cost model has not been trained: nothing to save")
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        booster.set_attr(axon_meta=json.dumps({"rounds": self.rounds, "params": self.params, "n_trained": self.n_trained}))
+        booster.set_attr(axon_meta=json.dumps({"rounds": self.rounds, "params": self.params, "n_trained": self.n_trained,
+                                                 "hw": self.hw}))
         booster.save_model(str(path))
         return path
 
@@ -215,6 +220,7 @@ class CostModel:
         model.params.update(meta.get("params", {}))
         model.feature_names = list(booster.feature_names or [])
         model.n_trained = meta.get("n_trained", 0)
+        model.hw = meta.get("hw")
         if warm_start:
             model.base_booster = booster
         else:

@@ -34,6 +34,10 @@ class SweepRow:
     error: str = ""
 
     @property
+    def failed(self) -> bool:
+        return bool(self.error)
+
+    @property
     def change(self) -> float | None:
         if self.latency_ns is None or self.previous_ns is None:
             return None
@@ -49,6 +53,11 @@ class SweepReport:
     model_versions: dict[str, int]
     model_accuracy: dict[str, float | None]
     elapsed_s: float
+
+    @property
+    def failures(self) -> tuple[SweepRow, ...]:
+        """The tasks that produced no kernel, with their reasons."""
+        return tuple(r for r in self.rows if r.failed)
 
     def table(self) -> str:
         def us(ns):
@@ -118,19 +127,28 @@ def run_sweep(config_path: str | Path, workdir: str | Path, *, fail_on_regressio
               tracking_uri: str | None = None, on_task: Callable[[str, int, int], None] | None = None,
               on_trial: Callable[[Any], None] | None = None, trials: int | None = None, sampler: str | None = None,
               extra_config: dict[str, Any] | None = None) -> SweepReport:
-    """Run (or resume) the sweep of `config_path` in `workdir`."""
-    from axon.errors import AxonError
+    """Run (or resume) the sweep of `config_path` in `workdir`.
+
+    Every entry is checked before the first is tuned (workload, shapes, hardware file, resource
+    guards; a relative spec path is taken from the config file's directory): a bad entry raises
+    SpecError naming it. An entry that fails while tuning is a row with its error
+    (`SweepReport.failures`); a resumed sweep tunes failed entries again.
+    """
+    from axon.errors import AxonError, SpecError
     from axon.search.api import tune
+    from axon.search.guards import preflight_sweep
     from axon.track import Tracker
     from axon.track.tracker import workdir_store
 
+    if trials is not None and trials < 1:
+        raise SpecError(f"--trials must be at least 1, got {trials}")
     config = load_sweep(config_path)
     if trials is not None or sampler is not None:
         from dataclasses import replace
 
         config = replace(config, trials=trials or config.trials, sampler=sampler or config.sampler)
+    preflight_sweep(config, workdir)
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     uri, root = workdir_store(workdir)
     tracker = Tracker(tracking_uri or uri, None if tracking_uri else root)
     state_path = _state_path(workdir, config)
@@ -150,15 +168,18 @@ def run_sweep(config_path: str | Path, workdir: str | Path, *, fail_on_regressio
         from axon.target import load_hw
 
         for i, (hw, entry) in enumerate(tasks):
-            key = entry.key(load_hw(hw).name)  # by the file's machine name: a recalibrated trn1 is still trn1
+            machine = load_hw(hw)
+            key = entry.key(machine.name)  # by the file's machine name: a recalibrated trn1 is still trn1
+            # ... but its study is its own: trials measured on another file are not this task's
+            study = f"sweep:{config.name}:{key}:{machine.file_hash[:12]}"
             if on_task:
                 on_task(key, i, len(tasks))
-            if key in state["done"]:
+            if key in state["done"] and not state["done"][key].get("error"):
                 continue
             try:
-                report = tune(entry.workload, shape=entry.dims, preset=entry.preset, dtype=entry.dtype, hw=hw,
+                report = tune(config.workload(entry), shape=entry.dims, preset=entry.preset, dtype=entry.dtype, hw=hw,
                               backend=config.backend, trials=config.trials, sampler=config.sampler, seed=config.seed,
-                              cost_model=cost_model, workdir=workdir, study=f"sweep:{config.name}:{key}",
+                              cost_model=cost_model, workdir=workdir, study=study,
                               tracking_uri=tracking_uri, parent_run=parent, on_trial=on_trial)
                 done = {"latency_ns": report.best_latency_ns, "unfused_ns": report.unfused_ns, "expert_ns": report.expert_ns,
                         "roofline_ns": report.roofline_ns, "run_id": report.run_id, "error": ""}

@@ -1,13 +1,16 @@
 """Sweep configuration files (`configs/sweeps/*.yaml`): parsed into a frozen `SweepConfig`.
 
-Errors name the file and the field. This module reads configuration only; `axon.search.sweep`
-runs it.
+An entry's `workload` is a built-in name or a spec file `path.py:function`; a relative spec path is
+taken from the directory of the config file (not the working directory), so a config and its specs
+move together. Errors name the file and the field. This module reads configuration only;
+`axon.search.sweep` runs it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,21 @@ class SweepConfig:
     def tasks(self) -> list[tuple[str, SweepEntry]]:
         return [(hw, e) for hw in self.hw for e in self.entries]
 
+    def workload(self, entry: SweepEntry) -> str:
+        """What to tune for `entry`: a built-in name, or its spec file with the path taken from the
+        config file's directory."""
+        return resolve_workload(entry.workload, os.path.dirname(os.path.abspath(self.source)) if self.source else None)
+
+
+def resolve_workload(workload: str, base: str | None) -> str:
+    """`specs/m.py:f` -> `<base>/specs/m.py:f`; built-in names and absolute paths as they are."""
+    from axon.workloads import is_spec_ref
+
+    if not is_spec_ref(workload) or base is None:
+        return workload
+    path, _, fn = workload.rpartition(":")
+    return f"{os.path.abspath(os.path.join(base, os.path.expanduser(path)))}:{fn}"
+
 
 def _field(data: dict, name: str, kind: type | tuple, file: str, default: Any = None, required: bool = False) -> Any:
     if name not in data:
@@ -100,7 +118,12 @@ def load_sweep(path: str | Path) -> SweepConfig:
         shape = raw.get("shape") or {}
         if not isinstance(shape, dict) or not all(isinstance(v, int) and v > 0 for v in shape.values()):
             raise SpecError(f"{file}: field {where}.shape must map dimension names to positive integers")
-        entries.append(SweepEntry(str(raw["workload"]), str(raw.get("preset", "default")), tuple(sorted(shape.items())),
+        workload = str(raw["workload"])
+        spec_file = resolve_workload(workload, str(path.resolve().parent)).rpartition(":")[0]
+        if spec_file.endswith(".py") and not os.path.isfile(spec_file):
+            raise SpecError(f"{file}: field {where}.workload: spec file {spec_file} not found "
+                            f"(a relative path is taken from the config file's directory)")
+        entries.append(SweepEntry(workload, str(raw.get("preset", "default")), tuple(sorted(shape.items())),
                                   str(raw.get("dtype", "float32"))))
     sampler = _field(data, "sampler", str, file, "costmodel")
     if sampler not in SAMPLERS:

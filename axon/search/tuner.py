@@ -18,7 +18,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from axon import __version__
-from axon.errors import AxonError
+from axon.errors import AxonError, StoreError
 from axon.measure.backend import Backend, Measurement
 from axon.measure.records import Record, RecordDB
 from axon.search.costmodel import Accuracy, CostModel
@@ -169,7 +169,7 @@ class Tuner:
                 self._checked[key] = False
         return self._checked[key]
 
-    def _best(self) -> Record | None:
+    def best(self) -> Record | None:
         """The fastest measured kernel of this task that the current code still emits."""
         ok = sorted((r for r in self.db.records(task=self.task) if r.status == "ok" and r.latency_ns is not None),
                     key=lambda r: r.latency_ns)
@@ -184,11 +184,18 @@ class Tuner:
         sampler = make_sampler(cfg.sampler, self.problem, self.model, cfg.seed,
                                lambda p: point_key(p) in self._by_point and self._current(self._by_point[point_key(p)]))
         name = cfg.study_name or f"{self.task}:{cfg.sampler}:seed{cfg.seed}"
-        study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True)
+        try:
+            study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler, direction="minimize",
+                                        load_if_exists=True)
+            finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))
+        except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:
+            # a journal whose lines parse but do not replay (truncated between operations, edited,
+            # another Optuna version's): say which file and how to recover, never a replay traceback
+            raise StoreError(_corrupt_storage(self.storage, exc)) from None
         dists = self.problem.distributions()
         logs: list[TrialLog] = []
-        best = min((t.value for t in study.get_trials(states=(TrialState.COMPLETE,))), default=None)
-        done = len(study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL)))
+        best = min((t.value for t in finished if t.state == TrialState.COMPLETE), default=None)
+        done = len(finished)
         pinned = cfg.start_at_default and not study.get_trials() and hasattr(self.problem, "default_point")
         if pinned:
             study.enqueue_trial(self.problem.default_point())
@@ -228,5 +235,15 @@ class Tuner:
                 break
         counts = {s: sum(1 for l in logs if l.status == s) for s in ("measured", "reused", "infeasible", "error")}
         settings = sampler.settings() if hasattr(sampler, "settings") else {"sampler": cfg.sampler, "seed": cfg.seed}
-        return TuneResult(self._best(), tuple(logs), time.perf_counter() - start, name,
+        return TuneResult(self.best(), tuple(logs), time.perf_counter() - start, name,
                           counts["measured"], counts["reused"], counts["infeasible"] + counts["error"], settings)
+
+
+def _corrupt_storage(storage: Any, exc: Exception) -> str:
+    backend = getattr(storage, "_backend", None)
+    path = getattr(backend, "_file_path", None)
+    what = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'replay failed'}"
+    if path is None:
+        return f"the Optuna storage {storage!r} cannot be read ({what})"
+    return (f"Optuna journal {path} is corrupt ({what}): move it aside (mv {path} {path}.bad) to start its studies "
+            f"afresh; records.db keeps every measurement, so no kernel is measured again")

@@ -18,32 +18,36 @@ import click
 @click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Directory for the timeline files (<fn>.perfetto.json, <fn>.png).")
 @click.option("--no-png", is_flag=True, help="Skip the PNG Gantt chart.")
-def profile(kernel: str, inputs: tuple[str, ...], hw: str, out_dir: str, no_png: bool) -> None:
-    """Time KERNEL (FILE.py:FN) on the simulated NeuronCore and write its timeline."""
-    from axon.nki import load_kernel, trace
-    from axon.nki.cli import parse_input_spec
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs it runs on.")
+def profile(kernel: str, inputs: tuple[str, ...], hw: str, out_dir: str, no_png: bool, seed: int) -> None:
+    """Time KERNEL (FILE.py:FN) on the simulated NeuronCore and write its timeline.
+
+    The kernel is executed on random inputs of the given shapes, as `axon nki run` does, so an input
+    it cannot take is refused the same way (one line, exit 2); the timeline is of that execution.
+    """
+    import numpy as np
+
+    from axon.errors import NKIError
+    from axon.nki import load_kernel, run_with_trace
+    from axon.nki.cli import check_input_memory, parse_input_spec, random_array
     from axon.sim import simulate
     from axon.target import load_hw
 
+    out = Path(out_dir)
+    if not out.is_dir() and not out.parent.is_dir():
+        raise NKIError(f"--out {out_dir}: directory {out.parent} does not exist")
     spec = load_hw(hw)
+    specs = [parse_input_spec(text) for text in inputs]
+    check_input_memory(specs)
     fn = load_kernel(kernel)
-    args = [_as_spec(parse_input_spec(text)) for text in inputs]
-    timing = simulate(trace(fn, *args, hw=spec), spec)
+    rng = np.random.default_rng(seed)
+    _, executed = run_with_trace(fn, *[random_array(shape, dtype, rng) for _, shape, dtype in specs], hw=spec)
+    timing = simulate(executed, spec)
     click.echo(timing.summary())
     name = kernel.rpartition(":")[2] or "kernel"
-    out = Path(out_dir)
+    out.mkdir(exist_ok=True)
     written = [timing.timeline.to_perfetto(out / f"{name}.perfetto.json")]
     if not no_png:
         written.append(timing.timeline.to_png(out / f"{name}.png"))
     for path in written:
         click.echo(f"wrote {path}")
-
-
-def _as_spec(parsed):
-    """`parse_input_spec` gives (name, shape, dtype) or an object with .shape/.dtype: keep (shape, dtype)."""
-    if hasattr(parsed, "shape") and hasattr(parsed, "dtype"):
-        return parsed
-    if isinstance(parsed, tuple) and len(parsed) == 3:
-        _, shape, dtype = parsed
-        return (tuple(shape), dtype)
-    return parsed

@@ -1,6 +1,9 @@
-"""`axon variants WORKLOAD`: the proved variants of a workload, their moves and proofs."""
+"""`axon variants WORKLOAD`: the proved variants of a workload, their moves and proofs, and which of
+them `axon tune` offers (numbered as tune numbers them) or rejects for floating point, and why."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
@@ -11,8 +14,17 @@ import click
 @click.option("--timeout", "timeout_s", default=5.0, show_default=True, type=float, help="Seconds per proof.")
 @click.option("--max-variants", default=200, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--shape", default=None, help="Bind dimensions, e.g. M=4096,K=1024 (proofs stay for all sizes).")
-def variants(workload: str, depth: int, timeout_s: float, max_variants: int, shape: str | None) -> None:
-    """Discover and prove algebraic variants of WORKLOAD (a built-in name or path.py:function)."""
+@click.option("--preset", default="default", show_default=True, help="Shape preset tune's numbering is computed at.")
+@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
+              help="Kernel dtype the floating-point gate checks in.")
+@click.option("--hw", default="trn1", show_default=True, help="Hardware file (which variants lower).")
+def variants(workload: str, depth: int, timeout_s: float, max_variants: int, shape: str | None, preset: str, dtype: str,
+             hw: str) -> None:
+    """Discover and prove algebraic variants of WORKLOAD (a built-in name or path.py:function).
+
+    Each variant is numbered as `axon tune WORKLOAD --preset P --dtype D --hw H` reports it ("variant
+    N", "-" and the reason when tune does not offer it), with its id (the hash tune's report prints).
+    """
     from axon.cli import parse_shape_option
     from axon.synth import discover
     from axon.workloads import get
@@ -21,12 +33,51 @@ def variants(workload: str, depth: int, timeout_s: float, max_variants: int, sha
     dims = parse_shape_option(shape)
     graph = w.symbolic().bind(**dims) if dims else w.symbolic()
     found = discover(graph, max_depth=depth, timeout_s=timeout_s, max_variants=max_variants)
+    numbers, why_not, rejected, note = _tune_numbering(w, preset, dtype, dims, hw)
     for i, v in enumerate(found.variants):
-        click.echo(f"== variant {i}  hash {v.hash}  moves {len(v.moves)}")
+        # numbered as `axon tune` numbers it ("variant N" in its report); "-" when tune does not offer it
+        number = numbers.get(v.hash, "-") if not note else i
+        label = "" if v.hash in numbers else f"  [not tuned: {why_not.get(v.hash, _untuned(v, note))}]"
+        click.echo(f"== variant {number}  id {v.hash[:8]}  moves {len(v.moves)}{label}")
         for move, proof in zip(v.moves, v.proofs):
             click.echo(f"   {move.name}: {move.description}  [{proof.status} by {proof.method}, {proof.time_s * 1000:.1f} ms]")
         click.echo("\n".join("   " + line for line in v.graph.format().splitlines()))
+    if rejected:
+        click.echo(f"# rejected for floating point in {dtype} ({len(rejected)}):")
+        for r in rejected:
+            click.echo(f"#   id {r.variant.hash[:8]}  {r.describe()}")
     click.echo(
         f"# {len(found.variants)} variants; steps proved {found.count('proved')}, refuted {found.count('refuted')}, "
-        f"unknown {found.count('unknown')}; {found.time_s:.2f} s"
+        f"unknown {found.count('unknown')}; {found.time_s:.2f} s; tune offers {len(numbers)}" + (f" ({note})" if note else "")
     )
+
+
+def _untuned(variant: Any, note: str) -> str:
+    from axon.search.api import TUNING_EXCLUDED_MOVES
+
+    excluded = sorted({m.name for m in variant.moves} & TUNING_EXCLUDED_MOVES)
+    if excluded:
+        return f"uses {', '.join(excluded)}, which tune excludes"
+    return note or "beyond tune's search (depth or the 24-variant cap)"
+
+
+def _tune_numbering(w: Any, preset: str, dtype: str, dims: dict[str, int],
+                    hw: str) -> tuple[dict[str, int], dict[str, str], list[Any], str]:
+    """What `axon tune` offers: {hash: tune's variant number}, {hash: why not}, the floating-point
+    rejections, and a note when the numbering cannot be computed (no sizes bound)."""
+    from axon.errors import AxonError
+    from axon.search.api import verified_variants, workload_graph
+    from axon.search.problem import LoweredProblem
+    from axon.target import load_hw
+
+    try:
+        graph = workload_graph(w, preset, dtype, dims)
+    except AxonError as exc:
+        return {}, {}, [], f"tune's numbering needs sizes: {exc}"
+    rejected: list[Any] = []
+    kept = verified_variants(graph, rejected=rejected)  # tune's own depth and cap, whatever --depth lists
+    problem = LoweredProblem(w.name, graph, load_hw(hw), kept, dtype)
+    numbers = {v.hash: i for i, v in enumerate(problem.variants)}
+    why_not = {h: f"the lowering cannot express it: {reason}" for h, reason in problem.skipped}
+    why_not.update({r.variant.hash: f"floating point: {r.reason}" for r in rejected})
+    return numbers, why_not, rejected, ""

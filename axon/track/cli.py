@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -69,26 +71,59 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
 @click.command()
 @workdir_option
 @click.option("--port", default=5000, show_default=True, type=int, help="Port (a free one is chosen if taken).")
-def ui(workdir: str | None, port: int) -> None:
-    """Start the MLflow UI on the working directory's store (127.0.0.1 only); Ctrl-C stops it."""
-    import signal
+@click.option("--open/--no-open", "open_browser", default=None,
+              help="Open the runs page in a browser [default: when on a terminal with a display].")
+def ui(workdir: str | None, port: int, open_browser: bool | None) -> None:
+    """Start the MLflow UI on the working directory's store (127.0.0.1 only) and print the page of
+    its tuning runs; Ctrl-C, SIGTERM or SIGHUP stops it and everything it started."""
+    from axon.track.tracker import Tracker
+    from axon.track.view import runs_url
 
     path = resolve_workdir(workdir)
     path.mkdir(parents=True, exist_ok=True)
-    # Ctrl-C and SIGTERM both stop the server. SIGINT is set explicitly: a process started in the
-    # background by a non-interactive shell inherits SIGINT ignored, and Python then never raises
-    # KeyboardInterrupt (the server would outlive a Ctrl-C sent to the process group).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
-    proc, url = start_ui(path, port)
+    # Each of these stops the server. SIGINT is set explicitly: a process started in the background
+    # by a non-interactive shell inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt. SIGHUP comes when the terminal or ssh session closes; the server is in its
+    # own session, so without this it would outlive us, re-parented to init.
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
+    proc = None
     try:
-        wait_healthy(url, proc)
-        click.echo(f"MLflow UI for {path}: {url}  (Ctrl-C to stop)", err=False)
+        # The store and the experiment exist (made under the store's lock) before the server opens it.
+        tracker = Tracker.for_workdir(path)
+        tracker.ensure_ui_view()
+        proc, base_url = start_ui(path, port)
+        wait_healthy(base_url, proc)
+        url = runs_url(base_url, tracker.experiment_id)
+        click.echo(f"MLflow UI for {path}: {url}  (Ctrl-C to stop)")
+        if open_browser or (open_browser is None and _has_display()):
+            _open_browser(url)
         proc.wait()
     except KeyboardInterrupt:
         pass
     finally:
-        stop_ui(proc)
+        if proc is not None:
+            for sig in _STOP_SIGNALS:  # a second signal must not cut the stop short
+                signal.signal(sig, signal.SIG_IGN)
+            stop_ui(proc)
+
+
+def _has_display() -> bool:
+    """A terminal user who can see a browser window (not a pipe, a test or an ssh session)."""
+    return sys.stdout.isatty() and (sys.platform in ("darwin", "win32")
+                                    or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")))
+
+
+def _open_browser(url: str) -> None:
+    import webbrowser
+
+    try:
+        browser = webbrowser.get()
+    except webbrowser.Error:
+        return
+    if type(browser) is webbrowser.GenericBrowser:  # a text browser would take over this terminal
+        return
+    browser.open(url)
 
 
 def _descendants(pid: int) -> set[int]:
@@ -124,6 +159,9 @@ def _alive(pid: int) -> bool:
         return True
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -132,12 +170,10 @@ def stop_ui(proc: subprocess.Popen) -> None:
     """Stop the MLflow server and every process under it (uvicorn and anything it started).
 
     The process tree is read before any signal, so a child that left the server's session or
-    was re-parented when the server exited is still stopped: SIGINT, then SIGTERM, then SIGKILL,
-    a few seconds apart, until none is left."""
-    import signal
-
+    was re-parented when the server exited is still stopped: SIGTERM (uvicorn and the server exit
+    on it within ~1 s, on SIGINT in ~3 s), then SIGKILL 5 s later, until none is left."""
     pids = {proc.pid} | _descendants(proc.pid)
-    for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         for pid in pids:
             try:
                 os.kill(pid, sig)
@@ -157,7 +193,7 @@ def stop_ui(proc: subprocess.Popen) -> None:
 @click.option("-n", "count", default=20, show_default=True, help="How many runs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
 def runs(workdir: str | None, count: int, as_json: bool) -> None:
-    """List recent tuning runs with their best latency."""
+    """List recent tuning runs: hardware, shape, dtype, best latency and speedup over unfused."""
     import json
 
     from axon.track.tracker import Tracker
@@ -166,21 +202,42 @@ def runs(workdir: str | None, count: int, as_json: bool) -> None:
     if not (path / "mlflow.db").exists():
         raise StoreError(f"no tracking store in {path} (run `axon tune` first, or pass --workdir)")
     tracker = Tracker.for_workdir(path)
-    rows = []
-    for r in tracker.recent_runs(count):
-        rows.append({
-            "run_id": r.info.run_id, "name": r.info.run_name, "status": r.info.status,
-            "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.info.start_time / 1000)),
-            "workload": r.data.params.get("workload", ""), "hw": r.data.params.get("hw", ""),
-            "best_latency_us": r.data.metrics.get("best_latency_us"),
-            "parent": r.data.tags.get("mlflow.parentRunId", ""),
-        })
+    rows = [_run_row(r) for r in tracker.recent_runs(count)]
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
         return
-    click.echo(f"{'run':<34} {'name':<28} {'status':<9} {'started':<16} {'best us':>10}")
+    click.echo(f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<5} {'shape':<20} {'dtype':<8} "
+               f"{'best us':>10} {'vs unfused':>10}")
     for row in rows:
-        best = row["best_latency_us"]
-        click.echo(f"{row['run_id']:<34} {row['name'][:28]:<28} {row['status']:<9} {row['started']:<16} "
-                   f"{'' if best is None else f'{best:10.2f}':>10}")
+        best, speedup = row["best_latency_us"], row["speedup_vs_unfused"]
+        click.echo(f"{row['run_id']:<32}  {row['name'][:24]:<24} {row['status'][:8]:<8} {row['started']:<16} "
+                   f"{row['hw'][:5]:<5} {row['shape'][:20]:<20} {row['dtype'][:8]:<8} "
+                   f"{'' if best is None else f'{best:.2f}':>10} {'' if speedup is None else f'{speedup:.2f}x':>10}")
+
+
+def _run_row(run: Any) -> dict:
+    """One run as `axon runs` shows it; a sweep's parent run has no hw, shape or latency."""
+    info, data = run.info, run.data
+    return {
+        "run_id": info.run_id, "name": info.run_name or "", "status": info.status,
+        "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(info.start_time / 1000)),
+        "workload": data.params.get("workload", ""), "hw": data.params.get("hw", ""),
+        "shape": _shape_text(data.params.get("shapes", "")), "dtype": data.params.get("dtype", ""),
+        "best_latency_us": data.metrics.get("best_latency_us"),
+        "speedup_vs_unfused": data.metrics.get("speedup_vs_unfused"),
+        "parent": data.tags.get("mlflow.parentRunId", ""),
+    }
+
+
+def _shape_text(param: str) -> str:
+    """The `shapes` param ({"M": 256, "N": 512}) as `--shape` takes it: M=256,N=512."""
+    import json
+
+    try:
+        bindings = json.loads(param)
+    except ValueError:
+        return param
+    if not isinstance(bindings, dict):
+        return param
+    return ",".join(f"{name}={size}" for name, size in bindings.items())

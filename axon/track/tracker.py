@@ -2,7 +2,8 @@
 
 Runs carry params, per-trial metrics (with step), tags and artifacts; sweeps are parent runs with
 nested children; cost models are logged with `mlflow.xgboost` and registered. MLflow is imported
-lazily (it costs ~2 s). It is a view of `RecordDB`, never the source of truth.
+lazily (it costs ~2 s). It is a view of `RecordDB`, never the source of truth. A new experiment
+carries the saved view the MLflow UI opens on (`axon.track.view`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from axon.errors import StoreError
+from axon.track.view import view_tags
 
 DEFAULT_EXPERIMENT = "axon"
 
@@ -25,6 +27,25 @@ def workdir_store(workdir: str | Path) -> tuple[str, str]:
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{workdir / 'mlflow.db'}", (workdir / "mlartifacts").as_uri()
+
+
+@contextmanager
+def _store_lock(tracking_uri: str) -> Iterator[None]:
+    """An exclusive lock between processes on a SQLite store (a `.lock` file beside it); no-op for
+    a tracking server, which serializes its own writes."""
+    import fcntl
+
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix) or tracking_uri == prefix + ":memory:":
+        yield
+        return
+    db = Path(tracking_uri[len(prefix):])
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, also if this process dies
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -94,8 +115,12 @@ class Tracker:
 
         self.tracking_uri = tracking_uri
         try:
-            self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-            self.experiment_id = self._experiment(experiment, artifact_root)
+            # The first client of a fresh SQLite store creates its tables (MlflowClient() already
+            # does); two processes at once fail ("table experiments already exists", "duplicate
+            # column name"), so opening the store and creating the experiment take a file lock.
+            with _store_lock(tracking_uri):
+                self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+                self.experiment_id = self._experiment(experiment, artifact_root)
         except Exception as exc:  # MLflow raises many types; the user needs the store named
             raise StoreError(f"MLflow tracking store {tracking_uri} cannot be used: {str(exc).splitlines()[0]}") from None
 
@@ -103,13 +128,21 @@ class Tracker:
         found = self.client.get_experiment_by_name(name)
         if found:
             return found.experiment_id
+        tags = view_tags({}, int(time.time() * 1000))
         try:
-            return self.client.create_experiment(name, artifact_location=artifact_root)
-        except Exception:  # another worker created it first
+            return self.client.create_experiment(name, artifact_location=artifact_root, tags=tags)
+        except Exception:  # another worker created it first (on a tracking server, where no lock is held)
             found = self.client.get_experiment_by_name(name)
             if found is None:
                 raise
             return found.experiment_id
+
+    def ensure_ui_view(self) -> None:
+        """Give the experiment Axon's saved runs-table view, if it lacks it (one made by an older
+        Axon or by hand); see `axon.track.view`."""
+        existing = self.client.get_experiment(self.experiment_id).tags
+        for key, value in view_tags(existing, int(time.time() * 1000)).items():
+            self.client.set_experiment_tag(self.experiment_id, key, value)
 
     @classmethod
     def for_workdir(cls, workdir: str | Path, experiment: str = DEFAULT_EXPERIMENT) -> "Tracker":

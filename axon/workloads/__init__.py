@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import keyword
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -35,8 +37,18 @@ class Workload:
     kind: str
     formula: str
     presets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # the name of its graphs and kernels: a Python identifier (a user spec's `name` is its file ref)
+    kernel_name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.kernel_name:
+            object.__setattr__(self, "kernel_name", identifier(self.name))
 
     def dims(self, preset: str = "default", **overrides: int) -> dict[str, int]:
+        if preset in ("default", "small") and preset not in self.presets:
+            # a user spec without the preset a command defaults to: its default preset for small, else only what is given
+            base = self.presets.get("default", {}) if preset == "small" else {}
+            return {**base, **overrides}
         if preset not in self.presets:
             known = ", ".join(self.presets) or "none"
             raise SpecError(f"workload {self.name} has no preset {preset!r} (presets: {known})")
@@ -45,13 +57,32 @@ class Workload:
     def graph(self, preset: str | None = "default", dtype: str = "float32", **overrides: int) -> Graph:
         """The traced graph at a preset (or only the given dims when `preset` is None)."""
         dims = dict(overrides) if preset is None else self.dims(preset, **overrides)
-        graph = trace(self.fn, dtype=dtype, name=self.name, **dims)
+        graph = trace(self.fn, dtype=dtype, name=self.kernel_name, **dims)
         graph.check_bound()
         return graph
 
     def symbolic(self) -> Graph:
         """The graph with every dimension symbolic (what the verifier proves over)."""
-        return trace(self.fn, name=self.name)
+        return trace(self.fn, name=self.kernel_name)
+
+
+# module names an emitted kernel file imports: a kernel function of that name would shadow them
+_KERNEL_GLOBALS = frozenset({"nki", "nisa", "nl"})
+
+
+def identifier(name: str) -> str:
+    """A valid Python identifier from a function name, usable as an emitted kernel's name
+    (`my-fn` -> `my_fn`, `2x` -> `_2x`, `def` -> `def_`, `nl` -> `nl_`)."""
+    out = re.sub(r"\W", "_", name) or "kernel"
+    if out[0].isdigit():
+        out = "_" + out
+    return out + "_" if keyword.iskeyword(out) or out in _KERNEL_GLOBALS else out
+
+
+def is_spec_ref(name: str) -> bool:
+    """Whether `name` names a user spec (`path.py:function`) rather than a built-in workload."""
+    path, sep, fn = name.rpartition(":")
+    return bool(sep) and path.endswith(".py") and bool(fn)
 
 
 def _w(fn: Callable[..., Any], kind: str, formula: str, default: dict[str, int], small: dict[str, int]) -> Workload:
@@ -95,7 +126,7 @@ def names() -> list[str]:
 
 def get(name: str) -> Workload:
     """A built-in workload by name, or a user's spec as `path.py:function`."""
-    if ":" in name and name.split(":", 1)[0].endswith(".py"):
+    if is_spec_ref(name) or name.endswith(".py") or ".py:" in name:
         return load_spec(name)
     if name in _REGISTRY:
         return _REGISTRY[name]
@@ -104,11 +135,19 @@ def get(name: str) -> Workload:
     raise SpecError(f"unknown workload {name!r}{hint}")
 
 
-def load_spec(ref: str) -> Workload:
-    """Load `path.py:function`. Presets come from `PRESETS = {"function": {"default": {...}}}`, if any."""
-    path, _, fn_name = ref.rpartition(":")
+def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
+    """Load `path.py:function`. Presets come from `PRESETS = {"function": {"default": {...}}}`, if any.
+
+    A relative path is taken from `base` (default: the working directory). The workload's `name` is
+    the resolved `ABSOLUTE_PATH.py:function`, so records and studies of a spec are the same from any
+    working directory; its graphs and kernels are named by the function (`kernel_name`).
+    """
+    path, sep, fn_name = ref.rpartition(":")
+    if not sep or not path.endswith(".py") or not fn_name:
+        raise SpecError(f"malformed spec reference {ref!r}: expected PATH.py:FUNCTION, e.g. my_model.py:block")
+    path = os.path.abspath(os.path.join(base or os.getcwd(), os.path.expanduser(path)))
     if not os.path.isfile(path):
-        raise SpecError(f"spec file {path!r} not found")
+        raise SpecError(f"spec file {path!r} not found" + (f" (from {ref!r})" if not os.path.isabs(ref) else ""))
     mod_name = f"axon_user_spec_{abs(hash(os.path.abspath(path)))}"
     loader_spec = importlib.util.spec_from_file_location(mod_name, path)
     if loader_spec is None or loader_spec.loader is None:
@@ -126,7 +165,10 @@ def load_spec(ref: str) -> Workload:
         raise SpecError(f"spec file {path!r} has no function {fn_name!r}")
     signature_of(fn)
     presets = getattr(module, "PRESETS", {}).get(fn_name, {})
-    return Workload(ref, fn, "user", fn.__doc__ or fn_name, presets)
+    if not isinstance(presets, Mapping):
+        raise SpecError(f"spec file {path!r}: PRESETS[{fn_name!r}] must map preset names to shapes")
+    return Workload(f"{path}:{fn_name}", fn, "user", fn.__doc__ or fn_name, presets,
+                    identifier(getattr(fn, "__name__", fn_name)))
 
 
-__all__ = ["Workload", "all_workloads", "get", "load_spec", "names", "SINGLE", "MULTI"]
+__all__ = ["Workload", "all_workloads", "get", "identifier", "is_spec_ref", "load_spec", "names", "SINGLE", "MULTI"]

@@ -21,9 +21,9 @@ def _kernel(name, dims, point):
     return emit(prog), graph.name, inputs
 
 
-def test_partial_trace_cuts_top_level_loops_and_keeps_trip_counts():
+def test_partial_trace_cuts_top_level_loops_and_keeps_trip_counts(tmp_path):
     src, kernel, inputs = _kernel("softmax", dict(M=4096), {"tile_m": 128})
-    fn = nki.load_kernel(f"{write_kernel(src)}:{kernel}")
+    fn = nki.load_kernel(f"{write_kernel(src, tmp_path)}:{kernel}")
     specs = [(shape, dtype) for _, shape, dtype in inputs]
     whole = nki.trace(fn, *specs, hw=HW)
     part = nki.trace(fn, *specs, hw=HW, loop_limit=lambda trips: trips // 16)

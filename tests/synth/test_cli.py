@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "axon.cli", "variants", *args], capture_output=True, text=True, timeout=120)
@@ -22,3 +24,30 @@ def test_unknown_workload_is_one_line_and_exit_2():
     out = _run("no_such_workload")
     assert out.returncode == 2
     assert out.stderr.strip().startswith("axon: error:") and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_variants_lists_floating_point_rejections_with_their_reason():
+    out = _run("softmax", "--depth", "2", "--preset", "small")
+    assert out.returncode == 0, out.stderr
+    assert "# rejected for floating point in float32" in out.stdout
+    assert "unshift-exp: exp overflows for arguments > 88.7 in float32" in out.stdout
+    assert "[not tuned: uses split-tiles, which tune excludes]" in out.stdout
+
+
+@pytest.mark.slow
+def test_variants_numbers_a_variant_as_tune_reports_it(tmp_path):
+    import re
+
+    from axon.search.api import tune
+
+    report = tune("rmsnorm_matmul", preset="small", trials=4, workdir=tmp_path, track=False, check=False)
+    out = _run("rmsnorm_matmul", "--preset", "small")
+    assert out.returncode == 0, out.stderr
+    listed = re.findall(r"^== variant (\S+)  id (\w+)", out.stdout, re.M)
+    by_id = {h: n for n, h in listed}
+    chosen = str(report.best_point["variant"])
+    assert by_id[report.variant_id[:8]] == chosen
+    assert f"variant {chosen} (" in report.best_description and report.variant_id[:8] in report.summary()
+    # every variant tune offers has one number, 0.. without gaps, as in tune's search space
+    numbers = sorted(int(n) for n, _ in listed if n != "-")
+    assert numbers == list(range(len(numbers)))

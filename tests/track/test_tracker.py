@@ -1,13 +1,22 @@
-"""Tracker against a real local MLflow store (SQLite): runs, nesting, metrics, artifacts, registry."""
+"""Tracker against a real local MLflow store (SQLite): runs, nesting, metrics, artifacts, registry,
+the UI view on new experiments, and several processes creating one store at once."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
 from axon.measure.records import Record
 from axon.search.costmodel import CostModel
-from axon.track import Tracker
+from axon.track import Tracker, workdir_store
+from axon.track.view import VIEW_TAG, column_id, view_state, view_tags
+from tests.conftest import REPO
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +65,71 @@ def test_registry_moves_champion_only_when_accuracy_holds(tracker, tmp_path):
     mlflow.set_tracking_uri(tracker.tracking_uri)
     loaded = mlflow.xgboost.load_model("models:/axon-costmodel-test@champion")
     assert loaded.num_features() == 1
+
+
+def test_a_new_experiment_carries_axons_runs_view(tracker):
+    tags = tracker.client.get_experiment(tracker.experiment_id).tags
+    state = json.loads(json.loads(tags[VIEW_TAG])["state"])
+    assert state["selectedColumns"][:4] == [column_id("metrics", m) for m in
+                                            ("best_latency_us", "speedup_vs_unfused", "speedup_vs_expert", "roofline_fraction")]
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    assert view_tags(tags, 0) == {}  # nothing left to set
+
+
+def test_ensure_ui_view_fills_in_an_old_experiment_and_keeps_a_chosen_kind(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri, root = workdir_store(tmp_path)
+    client = MlflowClient(uri)
+    old = client.create_experiment("axon", artifact_location=root, tags={"mlflow.experimentKind": "genai_development"})
+    client.set_experiment_tag(old, VIEW_TAG, json.dumps({"name": "old", "createdAt": 1, "state": "{}"}))
+    tracker = Tracker.for_workdir(tmp_path)
+    assert tracker.experiment_id == old
+    tracker.ensure_ui_view()
+    tags = client.get_experiment(old).tags
+    assert json.loads(json.loads(tags[VIEW_TAG])["state"]) == view_state()
+    assert tags["mlflow.experimentKind"] == "genai_development"
+
+
+_RACER = """
+import sys, time
+from pathlib import Path
+import mlflow.tracking  # the 2 s import happens before the start line
+from axon.track import Tracker
+ready, go = Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.005)
+print(Tracker.for_workdir(sys.argv[1]).experiment_id)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_opening_a_fresh_store_at_once_both_succeed(tmp_path):
+    """Before the store lock, one of two always failed here ("table experiments already exists",
+    "duplicate column name: step"): both ran MLflow's schema migrations on the same new file."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for round_ in range(3):
+        workdir, go = tmp_path / f"w{round_}", tmp_path / f"go{round_}"
+        ready = [tmp_path / f"ready{round_}.{i}" for i in range(2)]
+        procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(workdir), str(r), str(go)], cwd=REPO, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ready]
+        deadline = time.time() + 60
+        while not all(r.exists() for r in ready) and time.time() < deadline:
+            time.sleep(0.01)
+        go.touch()
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err[-600:] for _, err in outs]
+        assert len({out.strip() for out, _ in outs}) == 1  # one experiment, found by both
+
+
+@pytest.mark.slow
+def test_two_tune_workers_on_a_fresh_workdir_both_succeed(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm", "--preset", "small", "--trials", "2",
+           "--workdir", str(tmp_path / "work"), "--quiet", "--json"]
+    workers = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [w.communicate(timeout=600) for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], [err[-800:] for _, err in outs]
+    runs = Tracker.for_workdir(tmp_path / "work").recent_runs(10)
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)

@@ -1,67 +1,134 @@
-"""`axon ui` serves the working directory's runs over MLflow's REST API; `axon runs` lists them."""
+"""`axon ui`: serves the working directory's runs, opens on Axon's runs view, and stops its whole
+process tree on Ctrl-C, SIGTERM and SIGHUP."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
 
 from axon.track import Tracker
-from tests.conftest import REPO, run_axon
+from axon.track.cli import _alive, _descendants
+from axon.track.view import VIEW_TAG, column_id, runs_url
+from tests.conftest import REPO
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_axon_ui(workdir) -> tuple[subprocess.Popen, str]:
+    """`axon ui` in its own session, as from a terminal; returns it and the URL it printed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "axon.cli", "ui", "--workdir", str(workdir), "--port", str(_free_port())],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    line = proc.stdout.readline()  # printed once the server is healthy
+    if "http://127.0.0.1:" not in line:
+        proc.kill()
+        pytest.fail(f"axon ui printed {line!r}; stderr: {proc.stderr.read()[-800:]}")
+    return proc, next(tok for tok in line.split() if tok.startswith("http://"))
+
+
+def _base(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _answers(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(base + "/health", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _api(base: str, path: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 @pytest.mark.slow
-def test_axon_ui_serves_runs_over_rest(tmp_path):
+def test_axon_ui_serves_runs_and_prints_the_runs_view(tmp_path):
     tracker = Tracker.for_workdir(tmp_path)
-    with tracker.run("tune matmul", params={"workload": "matmul"}) as run:
-        run.log_metrics({"best_latency_us": 42.0})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "axon.cli", "ui", "--workdir", str(tmp_path), "--port", "5917"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
+    with tracker.run("tune matmul", params={"workload": "matmul", "hw": "trn1"}) as run:
+        run.log_metrics({"best_latency_us": 42.0, "speedup_vs_unfused": 3.0, "roofline_fraction": 0.5})
+    proc, url = _start_axon_ui(tmp_path)
     try:
-        line = proc.stdout.readline()  # printed once the server is healthy
-        assert "http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
-        url = next(tok for tok in line.split() if tok.startswith("http://"))
-        body = json.dumps({"experiment_ids": [tracker.experiment_id], "max_results": 10}).encode()
-        req = urllib.request.Request(url + "/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            found = json.loads(resp.read())["runs"]
+        base = _base(url)
+        assert url == runs_url(base, tracker.experiment_id)
+        found = _api(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [tracker.experiment_id], "max_results": 10})["runs"]
         assert [r["info"]["run_id"] for r in found] == [run.run_id]
-        metrics = {m["key"]: m["value"] for m in found[0]["data"]["metrics"]}
-        assert metrics["best_latency_us"] == 42.0
+        assert {m["key"]: m["value"] for m in found[0]["data"]["metrics"]}["best_latency_us"] == 42.0
+        # the saved view the URL names is on the experiment, as the UI reads it, with the metric columns
+        experiment = _api(base, f"/api/2.0/mlflow/experiments/get?experiment_id={tracker.experiment_id}")["experiment"]
+        tags = {t["key"]: t["value"] for t in experiment["tags"]}
+        state = json.loads(json.loads(tags[VIEW_TAG])["state"])
+        for metric in ("best_latency_us", "speedup_vs_unfused", "speedup_vs_expert", "roofline_fraction"):
+            assert column_id("metrics", metric) in state["selectedColumns"]
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=40)  # stop_ui escalates SIGINT, SIGTERM, SIGKILL 5 s apart
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.fail("axon ui did not stop within 40 s of Ctrl-C")
-    # the server and every process under it are gone: nothing answers on the port
-    deadline = time.time() + 20
-    while True:
-        try:
-            urllib.request.urlopen(url + "/health", timeout=2)
-        except OSError:
-            break
-        assert time.time() < deadline, "the MLflow server still answers 20 s after axon ui was stopped"
-        time.sleep(0.5)
+            proc.wait(timeout=30)
+        finally:
+            _stop(proc)
+    assert not _answers(base)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_axon_ui_stops_its_whole_process_tree(tmp_path, sig):
+    """The signal goes to `axon ui` alone (a closed terminal, kill, Ctrl-C); the MLflow server runs in
+    a session of its own and gets nothing from outside, so `axon ui` must stop it and all under it."""
+    proc, url = _start_axon_ui(tmp_path)
+    tree: set[int] = set()
+    try:
+        tree = _descendants(proc.pid)
+        assert len(tree) >= 2, tree  # the MLflow server and its uvicorn
+        sent = time.time()
+        proc.send_signal(sig)
+        proc.wait(timeout=15)
+        left = {pid for pid in tree if _alive(pid)}
+        while left and time.time() < sent + 15:
+            time.sleep(0.1)
+            left = {pid for pid in left if _alive(pid)}
+        stopped_after = time.time() - sent
+    finally:
+        for pid in tree:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        _stop(proc)
+    assert proc.returncode == 0
+    assert not left, f"still running {stopped_after:.1f} s after {sig.name}: {left}"
+    assert stopped_after < 10
+    assert not _answers(_base(url))
 
 
 def test_stop_ui_stops_children_that_left_the_session(tmp_path):
     """A grandchild in its own session, re-parented when the server exits, is stopped too."""
-    from axon.track.cli import _alive, _descendants, stop_ui
+    from axon.track.cli import stop_ui
 
     script = (
         "import subprocess, sys, time\n"
-        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(120)'],"
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'],"
         " start_new_session=True)\n"
         "time.sleep(120)\n"
     )
@@ -76,18 +143,6 @@ def test_stop_ui_stops_children_that_left_the_session(tmp_path):
     assert not any(_alive(pid) for pid in children)
 
 
-def test_axon_runs_lists_runs_and_errors_without_store(tmp_path):
-    tracker = Tracker.for_workdir(tmp_path)
-    with tracker.run("tune rmsnorm", params={"workload": "rmsnorm", "hw": "trn1"}) as run:
-        run.log_metrics({"best_latency_us": 7.5})
-    result = run_axon("runs", "--workdir", str(tmp_path), "--json")
-    assert result.returncode == 0, result.stderr
-    row = json.loads(result.stdout.strip().splitlines()[0])
-    assert row["workload"] == "rmsnorm" and row["best_latency_us"] == 7.5 and row["status"] == "FINISHED"
-    empty = run_axon("runs", "--workdir", str(tmp_path / "nothing"))
-    assert empty.returncode == 2 and "no tracking store" in empty.stderr
-
-
 @pytest.mark.slow
 def test_workers_on_one_study_record_into_one_tracking_server(tmp_path):
     """Two `axon tune` workers share an Optuna journal study and log to one MLflow server."""
@@ -95,7 +150,7 @@ def test_workers_on_one_study_record_into_one_tracking_server(tmp_path):
 
     server_dir = tmp_path / "server"
     server_dir.mkdir()
-    proc, url = start_ui(server_dir, 5931)
+    proc, url = start_ui(server_dir, _free_port())
     try:
         wait_healthy(url, proc)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}

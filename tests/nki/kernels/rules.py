@@ -70,11 +70,13 @@ def psum_tile_over_bank(a):
 
 
 def sbuf_capacity(a):
-    # 2 x 100 KiB per partition: over trn1's 192 KiB, within trn2's 224 KiB.
+    # 2 x 100 KiB per partition live at once (both read by the last instruction): over trn1's
+    # 192 KiB, within trn2's 224 KiB. The error names the instruction where the second goes live.
     t1 = nl.ndarray((128, 25600), dtype=nl.float32, buffer=nl.sbuf)
-    t2 = nl.ndarray((128, 25600), dtype=nl.float32, buffer=nl.sbuf)  # RULE
+    t2 = nl.ndarray((128, 25600), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=t1, value=0.0)
-    nisa.memset(dst=t2, value=0.0)
+    nisa.memset(dst=t2, value=0.0)  # RULE
+    nisa.tensor_tensor(dst=t1, data1=t1, data2=t2, op=nl.add)
     return a
 
 
@@ -87,9 +89,14 @@ def sbuf_capacity_loop_ok(a):
 
 
 def psum_capacity(a):
+    # 9 full banks written, then all read: one more than trn1's 8 PSUM banks.
     tiles = []
     for i in range(9):
-        tiles.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))  # RULE
+        tiles.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))
+        nisa.memset(dst=tiles[-1], value=0.0)  # RULE
+    t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    for p in tiles:
+        nisa.tensor_copy(dst=t, src=p)
     return a
 
 

@@ -1,0 +1,183 @@
+"""The checks a chosen kernel passes before `axon tune` reports it, run in the NKI emulator.
+
+`numerics_check`: uniform [-1, 1] inputs against the float64 reference. `adversarial_check`: the
+input classes of `axon.verify.adversarial` (large offsets, large magnitudes, a dominant element,
+near-constant rows, values at the range's edge), quantized to the kernel's dtype, against the
+float64 reference on those quantized inputs. Neither tunes anything; both only measure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from axon.errors import AxonError
+from axon.ir import Graph, evaluate, flops, max_rel_error
+from axon.measure.backend import write_kernel
+from axon.search.problem import LoweredProblem
+from axon.verify.adversarial import ACCURACY_FACTOR, cases, class_inputs, evaluate_in, input_ranges, tolerance
+
+
+@dataclass(frozen=True)
+class NumericsCheck:
+    dims: dict[str, int]
+    max_rel_err: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_rel_err <= self.tolerance
+
+
+def _checkable(problem: LoweredProblem, point: dict[str, Any], max_flops: float,
+               caps: tuple[int, ...] = (512, 1024, 2048)) -> tuple[LoweredProblem, Graph, dict[str, int]]:
+    """The problem at the tuned shape when it is small enough, else at the smallest reduced shape
+    (each dimension cut to at most one of `caps`) at which the same point lowers."""
+    graph = problem.graph
+    dims = dict(graph.bindings)
+    if flops(graph) > max_flops:
+        for cap in caps:
+            small = {k: min(v, cap) for k, v in dims.items()}
+            g = graph.bind(**small)
+            p = LoweredProblem(problem.workload, g, problem.hw, [_rebind(v, small) for v in problem.variants], problem.dtype)
+            if p.validate(point) is None:
+                problem, graph, dims = p, g, small
+                break
+    reason = problem.validate(point)
+    if reason is not None:
+        raise AxonError(f"the best point cannot be checked at {dims}: {reason}")
+    return problem, graph, dims
+
+
+def _kernel(problem: LoweredProblem, point: dict[str, Any], directory: str | Path) -> Any:
+    from axon import nki
+
+    cand = problem.build(point)
+    path = write_kernel(cand.source, directory)
+    return nki.load_kernel(f"{path}:{cand.kernel}")
+
+
+def _run(fn: Any, problem: LoweredProblem, graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from axon import nki
+
+    arrays = [inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype) for n in graph.input_names]
+    out = nki.run(fn, *arrays, hw=problem.hw)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return dict(zip(graph.output_names, outs))
+
+
+def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: float = 4e9, seed: int = 0,
+                   directory: str | Path = ".axon/cache/kernels") -> NumericsCheck:
+    """Execute the kernel of `point` in the emulator against the float64 reference.
+
+    At the tuned shape when it is small enough, otherwise at a reduced shape (each dimension cut to
+    at most 512, 1024 or 2048: the first at which the point lowers) with the same point, so the same
+    tiling code runs on real numbers.
+    """
+    from axon.ir import reference_case
+
+    problem, graph, dims = _checkable(problem, point, max_flops)
+    fn = _kernel(problem, point, directory)
+    inputs, expected = reference_case(graph, seed)
+    worst = max_rel_error(_run(fn, problem, graph, inputs), expected)
+    return NumericsCheck(dims, worst, tolerance(problem.dtype))
+
+
+@dataclass(frozen=True)
+class ClassFigure:
+    """One input class, worst over the inputs it was applied to: the kernel's relative error, the
+    spec's as written computed in the dtype, and the most the kernel may have."""
+
+    cls: str
+    kernel_error: float
+    spec_error: float
+    allowed: float
+    worst_case: str
+
+    @property
+    def ok(self) -> bool:
+        return self.kernel_error <= self.allowed
+
+
+@dataclass(frozen=True)
+class AdversarialReport:
+    dims: dict[str, int]
+    dtype: str
+    ranges: dict[str, tuple[float, float]]
+    classes: tuple[ClassFigure, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.classes)
+
+    def worst(self) -> dict[str, float]:
+        """Worst relative error of the kernel per input class."""
+        return {c.cls: c.kernel_error for c in self.classes}
+
+    def failure(self) -> str:
+        bad = [c for c in self.classes if not c.ok]
+        if not bad:
+            return ""
+        c = max(bad, key=lambda c: c.kernel_error / max(c.allowed, 1e-30))
+        return (f"relative error {c.kernel_error:.2g} on {c.worst_case} inputs in {self.dtype} "
+                f"(allowed {c.allowed:.2g}; the spec as written {c.spec_error:.2g})")
+
+    def summary(self) -> str:
+        return ", ".join(f"{c.cls} {c.kernel_error:.1e}" for c in self.classes)
+
+
+def adversarial_check(problem: LoweredProblem, point: dict[str, Any], kernel_dir: str | Path, max_flops: float = 1e8,
+                      seed: int = 0, ranges: dict[str, tuple[float, float]] | None = None) -> AdversarialReport:
+    """Execute the kernel of `point` in the emulator on every adversarial input class.
+
+    It runs a case per class and input, so above `max_flops` it runs at a reduced shape with the same
+    point (as `numerics_check` does above its larger threshold): what the classes probe is values,
+    not sizes. Inputs are drawn in each input's range (declared, or derived from the spec as written:
+    `axon.verify.adversarial.input_ranges`), quantized to the kernel's dtype; the reference is the
+    float64 spec on those quantized inputs. A class passes when the kernel's error is at most the
+    larger of the kernel tolerance and `ACCURACY_FACTOR` times the error of the spec as written
+    computed in the dtype (what any kernel of the spec could be held to).
+
+    >>> import tempfile
+    >>> from axon.synth import discover_variants
+    >>> from axon.target import load_hw
+    >>> from axon.workloads import get
+    >>> g = get("softmax").graph("small")
+    >>> p = LoweredProblem("softmax", g, load_hw("trn1"), discover_variants(g, max_depth=0), "float32")
+    >>> adversarial_check(p, p.default_point(0), tempfile.mkdtemp()).ok
+    True
+    """
+    problem, graph, dims = _checkable(problem, point, max_flops, (128, 256, 512, 1024, 2048))
+    fn = _kernel(problem, point, kernel_dir)
+    ranges = dict(ranges) if ranges is not None else input_ranges(graph, problem.dtype, seed)
+    worst: dict[str, ClassFigure] = {}
+    for cls, target in cases(graph):
+        inputs = class_inputs(graph, ranges, cls, target, problem.dtype, seed)
+        with np.errstate(all="ignore"):  # overflows are what some classes are for; they are measured, not warned
+            expected = evaluate(graph, inputs)
+            spec_err = max_rel_error(evaluate_in(graph, inputs, problem.dtype), expected)
+            err = max_rel_error(_run(fn, problem, graph, inputs), expected)
+        allowed = max(tolerance(problem.dtype), ACCURACY_FACTOR * spec_err)
+        label = cls if target is None else f"{cls}({'all inputs' if target == '*' else target})"
+        figure = ClassFigure(cls, err, spec_err, allowed, label)
+        prev = worst.get(cls)
+        if prev is None or err / max(allowed, 1e-30) > prev.kernel_error / max(prev.allowed, 1e-30):
+            worst[cls] = figure
+    return AdversarialReport(dims, problem.dtype, ranges, tuple(worst.values()))
+
+
+def _cast(x: np.ndarray, dtype: str) -> np.ndarray:
+    import ml_dtypes
+
+    return x.astype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}.get(dtype, np.float32))
+
+
+def _rebind(variant: Any, dims: dict[str, int]) -> Any:
+    return replace(variant, graph=variant.graph.bind(**dims))
+
+
+__all__ = ["AdversarialReport", "ClassFigure", "NumericsCheck", "adversarial_check", "numerics_check",
+           "tolerance"]

@@ -1,0 +1,204 @@
+"""Checks made before any tracing or lowering: a problem that cannot run here, a work directory,
+--out or journal file that cannot be used. Each refuses in one line (a typed AxonError).
+
+Resource guards, three figures, each estimated from the bound graph alone in microseconds: the problem's minimum
+HBM bytes against the hardware file's HBM, the host memory the float64 reference and the emulator
+would take for the numerics check, and the instructions (so the seconds and memory) the `sim`
+backend would trace per trial. The estimates are coarse (within a few times); `--force` skips them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from axon.errors import SpecError, StoreError
+from axon.ir import Graph, flops, matmul_flops, min_bytes
+
+GiB = 2**30
+# the emulator traces about 2-4 x 10^4 instructions per second and keeps about 1 KB per traced
+# instruction with its simulated timeline (measured on rmsnorm_matmul: 188k instructions, 6.2 s, 190 MB)
+TRACE_PER_S = 2e4
+TRACE_BYTES_PER_INSTRUCTION = 2048
+MAX_TRIAL_S = 3600.0
+HOST_FRACTION = 0.5  # of this machine's memory, the most one tuning may plan to take
+NUMERICS_MAX_FLOPS = 4e9  # the numerics check runs at reduced sizes above this (as axon.search.api does)
+NUMERICS_CAP = 512  # ... the first reduced size it tries: every dimension cut to at most this
+
+
+@dataclass(frozen=True)
+class Estimate:
+    hbm_bytes: int
+    host_bytes: int
+    trace_instructions: float
+
+    @property
+    def trace_s(self) -> float:
+        return self.trace_instructions / TRACE_PER_S
+
+
+def host_memory() -> int:
+    """This machine's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def evaluate_bytes(graph: Graph) -> int:
+    """Bytes the float64 reference evaluator holds: every node's value at once (a bound)."""
+    dims = graph.bindings
+    return sum(8 * n.type.numel(dims) for n in graph.nodes if n.op not in ("const", "dimsize"))
+
+
+def numerics_graph(graph: Graph) -> Graph:
+    """The graph the numerics check executes: the same, or cut to NUMERICS_CAP per dimension."""
+    if flops(graph) <= NUMERICS_MAX_FLOPS:
+        return graph
+    try:
+        return graph.bind(**{k: min(v, NUMERICS_CAP) for k, v in graph.bindings.items()})
+    except SpecError:  # a derived dimension that does not bind at the cut: the check will say so itself
+        return graph
+
+
+def trace_instructions(graph: Graph) -> float:
+    """Instructions the `sim` backend traces per trial, from tile counts: matmul tiles of 128x128x512,
+    elementwise tiles of 128x512 per op, DMA tiles of 128x512 words, times 4 for the evacuations,
+    transposes and loads that go with them; two partial traces of 1/16 and 2/16 of the top-level loop."""
+    dims = graph.bindings
+    matmul_tiles = matmul_flops(graph) / (2 * 128 * 128 * 512)
+    elementwise = sum(n.type.numel(dims) for n in graph.nodes if n.op not in ("input", "const", "dimsize", "matmul"))
+    total = 4 * (matmul_tiles + elementwise / (128 * 512) + min_bytes(graph) / (128 * 512 * 4))
+    return total * 3 / 16 if total > 1e5 else total
+
+
+def estimate(graph: Graph) -> Estimate:
+    small = numerics_graph(graph)
+    host = evaluate_bytes(small) + 2 * min_bytes(small)  # reference values + the emulator's inputs and outputs
+    trace = trace_instructions(graph)
+    return Estimate(min_bytes(graph), int(host + trace * TRACE_BYTES_PER_INSTRUCTION), trace)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:,.1f} GiB"
+
+
+def check_tune(graph: Graph, hw: object, what: str) -> Estimate:
+    """SpecError when `graph` cannot be tuned on `hw` here (HBM, host memory, seconds per trial)."""
+    est = estimate(graph)
+    shape = ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
+    hbm = hw.memory.hbm_bytes  # type: ignore[attr-defined]
+    if est.hbm_bytes > hbm:
+        raise SpecError(f"{what} at {shape} needs {_gib(est.hbm_bytes)} of HBM for its inputs and outputs, "
+                        f"{hw.name} has {_gib(hbm)} per NeuronCore: use a smaller --shape (or --force)")  # type: ignore[attr-defined]
+    limit = HOST_FRACTION * host_memory()
+    if est.host_bytes > limit:
+        raise SpecError(f"{what} at {shape} needs about {_gib(est.host_bytes)} of host memory to emulate and check, "
+                        f"more than half of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)")
+    if est.trace_s > MAX_TRIAL_S:
+        raise SpecError(f"{what} at {shape}: one trial would trace about {est.trace_instructions:,.0f} instructions "
+                        f"(~{est.trace_s / 3600:,.1f} h at {TRACE_PER_S:,.0f}/s): use a smaller --shape (or --force)")
+    return est
+
+
+def check_evaluate(graph: Graph, what: str) -> None:
+    """SpecError when evaluating `graph` in float64 would take more than half of this machine's memory."""
+    need = evaluate_bytes(graph)
+    if need > HOST_FRACTION * host_memory():
+        shape = ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
+        raise SpecError(f"{what} at {shape}: evaluating it needs about {_gib(need)} of host memory, more than half "
+                        f"of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)")
+
+
+def prepare_workdir(workdir: str | Path) -> Path:
+    """The work directory, created if missing; StoreError when it is a file or cannot be created."""
+    workdir = Path(workdir)
+    if workdir.exists() and not workdir.is_dir():
+        raise StoreError(f"workdir {workdir} is a file, not a directory: pass another --workdir")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"workdir {workdir} cannot be created: {exc.strerror or exc}") from None
+    return workdir
+
+
+def kernel_out_path(out: str | Path | None, workdir: Path, name: str, hw: str, khash: str) -> Path:
+    """Where the best kernel goes: `out` (its directory must exist) or WORKDIR/kernels/<name>_<hw>_<hash>.py."""
+    if not out:
+        return workdir / "kernels" / f"{name}_{hw}_{khash[:8]}.py"
+    path = Path(out)
+    if path.is_dir():
+        raise StoreError(f"--out {out} is a directory: give a file path, e.g. {path / (name + '.py')}")
+    if not path.parent.is_dir():
+        raise StoreError(f"--out {out}: directory {path.parent} does not exist")
+    return path
+
+
+# Optuna's journal operation codes (optuna.storages.journal._storage.JournalOperation, 0-10)
+JOURNAL_OPS = frozenset(range(11))
+
+
+def check_journal(path: Path, settle_s: float = 0.2) -> None:
+    """StoreError when the journal file is not one Optuna record per line (cut off, overwritten, binary).
+
+    A last line without its newline may be another worker's write in flight: it is read again after
+    `settle_s` before it counts as cut off.
+    """
+    if path.is_dir():
+        raise StoreError(f"Optuna journal {path} is a directory, not a file")
+    if not path.exists():
+        return
+    lines = path.read_bytes().splitlines(keepends=True)
+    if lines and not lines[-1].endswith(b"\n"):
+        time.sleep(settle_s)
+        lines = path.read_bytes().splitlines(keepends=True)
+    for number, line in enumerate(lines, 1):
+        if number == len(lines) and not line.endswith(b"\n"):
+            raise StoreError(f"Optuna journal {path} is corrupt (its last line, {number}, was cut off mid-write): remove "
+                             f"that line to keep its studies (sed -i '$d' {path}), or move the file aside to start "
+                             f"afresh; records.db keeps every measurement either way")
+        try:
+            record = json.loads(line)
+            ok = isinstance(record, dict) and record.get("op_code") in JOURNAL_OPS
+        except (UnicodeDecodeError, ValueError):
+            ok = False
+        if not ok:
+            raise StoreError(corrupt_journal(path, f"line {number} is not a journal record"))
+
+
+def corrupt_journal(path: Path | str, what: str) -> str:
+    return (f"Optuna journal {path} is corrupt ({what}): move it aside (mv {path} {path}.bad) to start its studies "
+            f"afresh; records.db keeps every measurement, so no kernel is measured again")
+
+
+def preflight(workload: str, shape: dict[str, int] | None, preset: str, dtype: str, hw: str, workdir: str | Path,
+              out: str | Path | None, force: bool, storage: str | None = None) -> None:
+    """Every check `axon.search.api.tune` makes before its first trace, without its imports (optuna,
+    the emulator): what the CLI runs first, so a refusal comes within a second or two."""
+    from axon.target import load_hw
+    from axon.workloads import get
+
+    workdir = prepare_workdir(workdir)
+    w = get(workload)
+    shape = dict(shape or {})
+    graph = w.graph(preset, dtype=dtype, **shape) if w.presets else w.graph(None, dtype=dtype, **shape)
+    spec = load_hw(hw)
+    kernel_out_path(out, workdir, w.kernel_name, spec.name, "0" * 8)
+    if storage is None or "://" not in storage:
+        check_journal(Path(storage) if storage else workdir / "optuna.log")
+    if not force:
+        check_tune(graph, spec, w.name)
+
+
+def preflight_sweep(config: Any, workdir: str | Path) -> None:
+    """`preflight` for every task of a `SweepConfig`, the error naming the config file and the entry."""
+    from axon.errors import AxonError
+
+    workdir = prepare_workdir(workdir)
+    check_journal(workdir / "optuna.log")
+    for hw, entry in config.tasks():
+        try:
+            preflight(config.workload(entry), entry.dims, entry.preset, entry.dtype, hw, workdir, None, False)
+        except AxonError as exc:
+            raise type(exc)(f"{config.source}: entry {entry.key(hw)}: {exc}") from None

@@ -1,0 +1,319 @@
+"""Adversarial numerics: a graph evaluated the way a kernel computes it, on inputs chosen to hurt.
+
+A kernel of dtype D reads and writes D but computes every intermediate in float32 (the lowering keeps
+tiles and scratch in float32), so `evaluate_in` rounds inputs and outputs to D and computes in
+float32. The input classes (large offsets, large magnitudes, one dominant element per row,
+near-constant rows, values at the edge of the range) live inside each input's range: the declared
+`ax.tensor(..., range=...)`, or else the largest magnitude at which the spec as written stays
+accurate in D (`derived_range`). This checks variants by measurement; `axon.verify.ranges` bounds
+them by analysis. Neither knows the other.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from axon.ir import Graph, evaluate, max_rel_error
+from axon.ir.ops import BINARY, UNARY, NumpyMath
+
+CLASSES = ("typical", "offset", "magnitude", "dominant", "near-constant", "limit")
+# Reduced sizes for the adversarial evaluation: rows of up to 128 elements, enough for a reduction
+# to show cancellation and for one element to dominate; at most 2^15 elements a value, so that the
+# hundreds of evaluations a range derivation takes stay under a few seconds.
+_BUDGET = 2 ** 15
+
+
+def tolerance(dtype: str) -> float:
+    """Relative error a kernel of `dtype` may have against the float64 reference (the tuner's check)."""
+    return 1e-5 if dtype == "float32" else 2e-2
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype({"float16": np.float16}.get(dtype, np.float32))
+
+
+def quantize(x: np.ndarray, dtype: str) -> np.ndarray:
+    """`x` rounded to `dtype` (round to nearest even), returned as float64."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x).astype(numpy_dtype(dtype)).astype(np.float64)
+
+
+def dtype_max(dtype: str) -> float:
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    return float(np.finfo(numpy_dtype(dtype)).max)
+
+
+class _F32(NumpyMath):
+    """The op namespace on float32 arrays (NumPy keeps float32 with Python-float constants)."""
+
+    def rsqrt(self, x):  # type: ignore[override]
+        return np.float32(1.0) / np.sqrt(x)
+
+
+_M32 = _F32()
+_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+
+
+def evaluate_in(graph: Graph, inputs: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """Outputs of `graph` computed as a `dtype` kernel does: inputs and outputs in `dtype`, the rest
+    in float32 (sums accumulate in float32). Returned as float64 arrays of the dtype's values."""
+    dims = graph.bindings
+    values: list[np.ndarray] = []
+    with np.errstate(all="ignore"):
+        for node in graph.nodes:
+            args = [values[i] for i in node.inputs]
+            op = node.op
+            if op == "input":
+                value = quantize(inputs[node.attr("name")], dtype).astype(np.float32)
+            elif op == "const":
+                value = np.float32(node.attr("value"))
+            elif op == "dimsize":
+                value = np.float32(node.attr("dim").evaluate(dims))
+            elif op in UNARY:
+                value = UNARY[op](_M32, args[0])
+            elif op in BINARY:
+                value = BINARY[op](_M32, args[0], args[1])
+            elif op == "pow":
+                value = np.power(args[0], np.float32(node.attr("exponent")))
+            elif op == "cast":
+                value = quantize(args[0], node.attr("dtype")).astype(np.float32)
+            elif op == "reduce":
+                value = _REDUCE[node.attr("kind")](args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims"))
+            elif op == "matmul":
+                value = np.matmul(args[0], args[1])
+            elif op == "transpose":
+                value = np.transpose(args[0], node.attr("axes"))
+            elif op == "reshape":
+                value = np.reshape(args[0], node.type.concrete(dims))
+            elif op == "slice":
+                index = [slice(None)] * args[0].ndim
+                index[node.attr("axis")] = slice(node.attr("start").evaluate(dims), node.attr("stop").evaluate(dims))
+                value = args[0][tuple(index)]
+            elif op == "concat":
+                value = np.concatenate(args, axis=node.attr("axis"))
+            elif op == "repeat":
+                value = np.repeat(args[0], node.attr("repeats").evaluate(dims), axis=node.attr("axis"))
+            else:  # pragma: no cover - the builder admits only known ops
+                raise ValueError(f"evaluate_in: unknown op {op!r}")
+            values.append(np.asarray(value, dtype=np.float32))
+    return {name: quantize(values[o], dtype) for name, o in zip(graph.output_names, graph.outputs)}
+
+
+def reduced(graph: Graph, budget: int = _BUDGET) -> Graph:
+    """`graph` with every bound dimension cut to the largest of 128, 64, 32, 16 that keeps every value
+    within `budget` elements (the same program, fewer elements); `graph` itself if none binds."""
+    dims = graph.bindings
+    for cap in (128, 64, 32, 16):
+        small = graph.bind(**{k: min(v, cap) for k, v in dims.items()})
+        try:
+            if max(math.prod(small.concrete_shape(n.id)) for n in small.nodes) <= budget:
+                return small
+        except Exception:  # noqa: BLE001 - a cut that breaks a derived size (D/2 of an odd D): try the next
+            continue
+    return graph
+
+
+# input classes -------------------------------------------------------------------------------------
+Range = tuple[float, float]
+# Classes that probe an input's range: a bound is derived from them. "near-constant" is not one: how
+# well a spec handles rows with almost no spread does not depend on their magnitude.
+RANGE_CLASSES = ("offset", "magnitude", "dominant", "limit")
+
+
+def _far_end(r: Range) -> float:
+    """The end of the range with the larger magnitude (where offsets and overflow live)."""
+    return r[1] if abs(r[1]) >= abs(r[0]) else r[0]
+
+
+def _typical(r: Range) -> Range:
+    lo, hi = max(r[0], -1.0), min(r[1], 1.0)
+    return (lo, hi) if lo < hi else r
+
+
+_PRECISION = {"float32": 24, "bfloat16": 8, "float16": 11}
+
+
+def _values(shape: tuple[int, ...], r: Range, cls: str, rng: np.random.Generator, dtype: str) -> np.ndarray:
+    lo, hi = r
+    end = _far_end(r)
+    inward = -1.0 if end > 0 else 1.0
+    if cls == "typical":
+        return rng.uniform(*_typical(r), shape)
+    if cls == "offset":  # x + c: an O(1) spread on the largest offset at which the dtype still resolves it
+        c = np.sign(end) * min(abs(end), 2.0 ** (_PRECISION.get(dtype, 24) - 2))
+        return c + inward * rng.uniform(0.0, min(2.0, hi - lo), shape)
+    if cls == "magnitude":
+        return rng.uniform(lo, hi, shape)
+    if cls == "dominant":  # one element per row at the range's end, the rest typical
+        x = rng.uniform(*_typical(r), shape)
+        if x.ndim:
+            rows = x.reshape(-1, shape[-1])
+            rows[np.arange(rows.shape[0]), rng.integers(0, shape[-1], rows.shape[0])] = end
+        return x
+    if cls == "near-constant":  # each row one value (anywhere in the range) with a relative 1e-3 ripple
+        base = rng.uniform(lo, hi, shape[:-1] + (1,) if shape else ())
+        return base * (1.0 + 1e-3 * rng.uniform(-1.0, 1.0, shape))
+    if cls == "limit":  # magnitudes in the top half of the range, of either sign the range allows
+        sign = rng.choice([-1.0, 1.0], shape) if lo < 0 < hi else np.sign(end) * np.ones(shape)
+        return sign * abs(end) * rng.uniform(0.5, 1.0, shape)
+    raise ValueError(f"unknown input class {cls!r}")
+
+
+def class_inputs(graph: Graph, ranges: Mapping[str, Range], cls: str, target: str | None, dtype: str,
+                 seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of class `cls` for input `target` (or all: `ALL`; the others typical), inside their ranges,
+    quantized to `dtype`.
+
+    One input at a time: a class says which input breaks a variant, and products of several inputs
+    at their limits overflow in the spec as written too, which would hide the variant's own hazards.
+    """
+    rng = np.random.default_rng(seed)
+    out = {}
+    for node in graph.inputs:
+        name = node.attr("name")
+        r = ranges[name]
+        x = _values(graph.concrete_shape(node.id), r, cls if target in (name, ALL) else "typical", rng, dtype)
+        out[name] = quantize(np.clip(x, *r), dtype)
+    return out
+
+
+ALL = "*"  # the target meaning every input at once
+
+
+def cases(graph: Graph, classes: tuple[str, ...] = CLASSES) -> list[tuple[str, str | None]]:
+    """(class, target) pairs: "typical" once; every other class once per input, and once for all inputs
+    together when there are several (attention's logits are large only when q and k both are)."""
+    names = graph.input_names
+    targets = list(names) + ([ALL] if len(names) > 1 else [])
+    return [(c, None) for c in classes if c == "typical"] + [(c, t) for c in classes if c != "typical" for t in targets]
+
+
+def class_error(graph: Graph, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], dtype: str) -> float:
+    """Relative error of `graph` computed in `dtype` against `expected` (a float64 reference)."""
+    return max_rel_error(evaluate_in(graph, inputs, dtype), expected)
+
+
+# ranges ----------------------------------------------------------------------------------------------
+_FIRST_BOUND, _STEP = 1.0, 16.0
+
+
+def declared_ranges(graph: Graph) -> dict[str, Range]:
+    return {n.attr("name"): tuple(n.attr("range")) for n in graph.inputs if n.attr("range") is not None}
+
+
+# Below a point where the spec as written fails outright (an overflow to inf, or to 0 by way of an
+# infinite divisor), a derived bound keeps this much headroom: a variant may sum up to this many
+# values before it normalizes (a deferred softmax division over 65,536 keys), which moves its own
+# overflow down by that factor. Overflows closer to the limit than that are not what this is for.
+HEADROOM = 2.0 ** 16
+
+
+def input_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
+    """Every input's range: the declared one, or [-R, R] derived from the spec as written.
+
+    R is the largest of 16, 256, ... at which the spec as written, in `dtype`, stays within the kernel
+    tolerance of float64 on every range class of that input (the others typical): the spec as
+    written is what the user asked for, and where it already breaks no variant is held to more.
+    Where the spec fails outright there (or nowhere below the dtype's limit), R keeps `HEADROOM`
+    below it. An input the spec breaks on already at 16 gets [-1, 1].
+    """
+    g = reduced(graph)
+    ranges = {n: (-1.0, 1.0) for n in g.input_names}
+    ranges.update(declared_ranges(g))
+    limit = dtype_max(dtype)
+    for name in g.input_names:
+        if graph.input(name).attr("range") is not None:
+            continue
+        best, outright = _FIRST_BOUND, True
+        for step in (_STEP ** 2, _STEP):  # coarse steps to the failure, then one finer step past the last good bound
+            bound = best * step
+            while bound < limit:
+                worst = max(_spec_error(g, class_inputs(g, {**ranges, name: (-bound, bound)}, c, name, dtype, seed), dtype)
+                            for c in RANGE_CLASSES)
+                if worst > tolerance(dtype):
+                    outright = not worst < 0.5
+                    break
+                best = bound
+                bound *= step
+        r = max(best / HEADROOM, 1.0) if outright else best
+        ranges[name] = (-r, r)
+    return ranges
+
+
+def _spec_error(g: Graph, inputs: Mapping[str, np.ndarray], dtype: str) -> float:
+    return class_error(g, inputs, evaluate(g, inputs), dtype)
+
+
+# the variant check ---------------------------------------------------------------------------------
+# A variant may be up to this factor less accurate than the spec as written on a class. Moving a
+# handful of operations adds a few roundings per element (each at most one unit in the last place),
+# which changes a worst error by a small factor; what this check exists for grows with the input
+# (0.078 against 1e-7 for a dropped max shift, 0.475 against 8.4e-5 for a one-pass variance), orders
+# of magnitude apart. A variant within the kernel tolerance passes whatever the spec achieves.
+ACCURACY_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class ClassResult:
+    cls: str
+    target: str | None
+    spec_error: float
+    variant_error: float
+    allowed: float
+
+    @property
+    def ok(self) -> bool:
+        return self.variant_error <= max(ACCURACY_FACTOR * self.spec_error, self.allowed)
+
+    @property
+    def label(self) -> str:
+        if self.target is None:
+            return self.cls
+        return f"{self.cls}({'all inputs' if self.target == ALL else self.target})"
+
+
+class AdversarialCheck:
+    """The spec's cases computed once; `check(variant)` compares a variant on them.
+
+    >>> from axon.workloads import get
+    >>> from axon.synth import discover_variants
+    >>> g = get("softmax").graph("small")
+    >>> check = AdversarialCheck(g, "float32")
+    >>> [check.reason(v.graph) != "" for v in discover_variants(g, max_depth=1, exclude=frozenset({"split-tiles"}))]
+    [False, True, False]
+    """
+
+    def __init__(self, spec: Graph, dtype: str, ranges: Mapping[str, Range] | None = None, seed: int = 0) -> None:
+        self.spec, self.dtype = reduced(spec), dtype
+        self.ranges = dict(ranges) if ranges is not None else input_ranges(spec, dtype, seed)
+        self.cases = []
+        for cls, target in cases(self.spec):
+            inputs = class_inputs(self.spec, self.ranges, cls, target, dtype, seed)
+            expected = evaluate(self.spec, inputs)
+            self.cases.append((cls, target, inputs, expected, class_error(self.spec, inputs, expected, dtype)))
+
+    def check(self, variant: Graph) -> list[ClassResult]:
+        v = variant.bind(**self.spec.bindings)
+        return [ClassResult(cls, target, err, class_error(v, inputs, expected, self.dtype), tolerance(self.dtype))
+                for cls, target, inputs, expected, err in self.cases]
+
+    def reason(self, variant: Graph) -> str:
+        """A one-line reason for the worst failing case, or "" when the variant passes every case."""
+        bad = [r for r in self.check(variant) if not r.ok]
+        if not bad:
+            return ""
+        worst = max(bad, key=lambda r: r.variant_error / max(r.spec_error, tolerance(self.dtype)))
+        where = ", ".join(f"{n} in [{lo:.3g}, {hi:.3g}]" for n, (lo, hi) in self.ranges.items())
+        return (f"relative error {worst.variant_error:.2g} in {self.dtype} on {worst.label} inputs ({where}), "
+                f"the spec as written {worst.spec_error:.2g}")

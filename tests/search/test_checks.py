@@ -1,0 +1,58 @@
+"""The adversarial check of a chosen kernel, executed in the NKI emulator on inputs chosen to hurt.
+
+A deliberately unsafe kernel (softmax without its max shift, proved equal over the reals) must fail
+it and the kernel of the spec as written must pass, with the worst error per input class reported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from axon.search.checks import adversarial_check, numerics_check
+from axon.search.problem import LoweredProblem
+from axon.synth import discover_variants
+from axon.target import load_hw
+from axon.verify.adversarial import CLASSES
+from axon.workloads import get
+
+
+def _problem(name: str, moves: str, dtype: str = "float32") -> tuple[LoweredProblem, dict]:
+    g = get(name).graph("small", dtype=dtype)
+    variant = next(v for v in discover_variants(g, max_depth=1, exclude=frozenset({"split-tiles"}))
+                   if " + ".join(m.name for m in v.moves) == moves)
+    problem = LoweredProblem(name, g, load_hw("trn1"), [variant], dtype)
+    return problem, problem.default_point(0)
+
+
+def test_an_unsafe_kernel_passes_the_uniform_check_and_fails_the_adversarial_one(tmp_path):
+    problem, point = _problem("softmax", "unshift-exp")
+    assert numerics_check(problem, point, directory=tmp_path).ok  # uniform [-1, 1] cannot see it
+    report = adversarial_check(problem, point, kernel_dir=tmp_path)
+    assert not report.ok
+    assert not np.isfinite(report.worst()["offset"])
+    assert "offset" in report.failure() and "float32" in report.failure()
+    assert list(tmp_path.glob("kernel_*.py")), "the kernel file goes to the directory passed in"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_kernel_as_written_passes_with_a_figure_per_class(tmp_path, dtype):
+    problem, point = _problem("softmax", "", dtype)
+    report = adversarial_check(problem, point, kernel_dir=tmp_path)
+    assert report.ok, report.failure()
+    assert set(report.worst()) == set(CLASSES)
+    assert all(np.isfinite(e) for e in report.worst().values())
+    assert max(report.worst().values()) <= (1e-5 if dtype == "float32" else 2e-2)
+
+
+@pytest.mark.slow
+def test_tune_reports_the_adversarial_figures_and_the_rejected_variants(tmp_path):
+    from axon.search.api import tune
+
+    report = tune("softmax", preset="small", trials=3, workdir=tmp_path, track=False)
+    assert report.adversarial is not None and report.adversarial.ok
+    assert set(report.adversarial.worst()) == set(CLASSES)
+    assert "unshift-exp" not in report.moves
+    assert any(r.startswith("unshift-exp: exp overflows") for r in report.fp_rejected)
+    assert "adversarial:" in report.summary() and "not offered (floating point): unshift-exp" in report.summary()
+    assert report.variant_id and report.variant_id[:8] in report.summary()

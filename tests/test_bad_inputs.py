@@ -1,0 +1,195 @@
+"""Every user mistake is one line on stderr naming the problem and exit 2, within seconds."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import run_axon
+
+BAD_SPECS = '''import numpy as np
+import axon.spec as ax
+
+@ax.spec(x="M K")
+def uses_erf(x):
+    return ax.erf(x)
+
+@ax.spec(x="M K")
+def uses_cumsum(x):
+    return ax.cumsum(x)
+
+@ax.spec(x="M K")
+def uses_np_exp(x):
+    return np.exp(x)
+
+@ax.spec(x="M K")
+def uses_np_mean(x):
+    return np.mean(x)
+
+@ax.spec(x="M K")
+def unshaped(x, y):
+    return x + y
+
+@ax.spec(x="M K")
+def numpy_scalars(x):
+    return np.float32(2.0) * x + np.float64(1.0) / (x * x + 1)
+'''
+
+# a refusal's budget here: 2 s measured alone; the tests allow for a loaded 2-core machine
+REFUSAL_S = 6.0
+
+
+def refused(*args, cwd=None, fragments=()):
+    start = time.perf_counter()
+    result = run_axon(*args, cwd=cwd)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 2, (result.returncode, result.stdout[-500:], result.stderr[-2000:])
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("axon: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert elapsed < REFUSAL_S, elapsed
+    return lines[0]
+
+
+@pytest.fixture
+def specs(tmp_path):
+    path = tmp_path / "bad_specs.py"
+    path.write_text(BAD_SPECS)
+    return path
+
+
+@pytest.mark.parametrize("fn, fragments", [
+    ("uses_erf", ("op ax.erf is not supported", "bad_specs.py:6", "axon/spec.py", "exp")),
+    ("uses_cumsum", ("op ax.cumsum is not supported", "bad_specs.py:10")),
+    ("uses_np_exp", ("np.exp applied to a traced tensor", "bad_specs.py:14", "use ax.exp")),
+    ("uses_np_mean", ("np.mean applied to a traced tensor", "bad_specs.py:18", "use ax.mean")),
+    ("unshaped", ("argument 'y' has no shape", "@ax.spec(y=")),
+])
+def test_spec_mistakes(specs, fn, fragments):
+    for command in ("show", "check"):
+        refused(command, f"{specs}:{fn}", "--shape", "M=4,K=8", fragments=fragments)
+
+
+def test_numpy_scalars_still_trace(specs):
+    result = run_axon("check", f"{specs}:numpy_scalars", "--shape", "M=4,K=8")
+    assert result.returncode == 0 and "finite yes" in result.stdout, result.stderr
+
+
+def test_tune_refuses_a_spec_mistake_before_tuning(specs, tmp_path):
+    refused("tune", f"{specs}:uses_np_exp", "--shape", "M=256,K=512", "--workdir", str(tmp_path / "w"), "--no-track",
+            fragments=("np.exp applied to a traced tensor",))
+
+
+def test_workdir_that_is_a_file(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    refused("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(afile),
+            fragments=("workdir", "is a file"))
+    assert afile.read_text() == "not a directory"
+
+
+def test_overwritten_optuna_journal_names_the_file_and_the_way_out(tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+    content = b"\x00\x01garbage\n"
+    (work / "optuna.log").write_bytes(content)
+    line = refused("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(work), "--no-track",
+                   fragments=("optuna.log is corrupt (line 1", "mv ", "records.db keeps every measurement"))
+    assert str(work / "optuna.log") in line
+    assert (work / "optuna.log").read_bytes() == content  # nothing lost or rewritten
+
+
+@pytest.mark.slow
+def test_journal_cut_off_mid_write_is_refused_and_recovers_by_dropping_that_line(tmp_path):
+    work = tmp_path / "w"
+    args = ("tune", "softmax", "--preset", "small", "--workdir", str(work), "--no-track", "--quiet")
+    first = run_axon(*args, "--trials", "2", timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    journal = work / "optuna.log"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole[:-25])  # a write cut off (kill -9, a full disk)
+    refused(*args, "--trials", "3", fragments=("optuna.log is corrupt (its last line", "sed -i '$d'"))
+    assert journal.read_bytes() == whole[:-25]
+    journal.write_bytes(whole[:whole.rstrip(b"\n").rfind(b"\n") + 1])  # what the suggested sed does
+    again = run_axon(*args, "--trials", "3", timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "/ 0 failed trials" in again.stdout, again.stdout
+
+
+@pytest.mark.parametrize("line", [
+    {"op_code": 99, "worker_id": "w"},  # an operation Optuna does not know: "AssertionError: Should not reach."
+    123,                                # JSON, but not a record
+])
+def test_journal_lines_that_parse_but_cannot_replay(tmp_path, line):
+    work = tmp_path / "w"
+    work.mkdir()
+    good = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
+    (work / "optuna.log").write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
+    refused("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(work), "--no-track",
+            fragments=("optuna.log is corrupt (line 2", "mv "))
+
+
+@pytest.mark.parametrize("trials", ["0", "-1"])
+def test_sweep_trials_must_be_positive(trials, tmp_path):
+    refused("sweep", "configs/sweeps/nightly.yaml", "--trials", trials, "--workdir", str(tmp_path / "w"),
+            fragments=("--trials",))
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5"])
+def test_tune_seconds_must_be_positive(seconds, tmp_path):
+    refused("tune", "softmax", "--preset", "small", "--seconds", seconds, "--workdir", str(tmp_path / "w"),
+            fragments=("--seconds",))
+
+
+def test_out_in_a_missing_directory(tmp_path):
+    target = tmp_path / "nonexistent" / "dir" / "k.py"
+    refused("tune", "softmax", "--preset", "small", "--trials", "2", "--out", str(target), "--workdir", str(tmp_path / "w"),
+            fragments=("--out", "does not exist"))
+    assert not (tmp_path / "nonexistent").exists()
+
+
+KERNEL = '''import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def double(a):
+    out = nl.ndarray((128, 512), a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 512), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a[0:128, 0:512])
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+'''
+
+
+@pytest.mark.slow
+def test_profile_refuses_an_input_run_refuses(tmp_path):
+    kernel = tmp_path / "double.py"
+    kernel.write_text(KERNEL)
+    good = run_axon("nki", "profile", f"{kernel}:double", "--input", "a=float32[128,512]", "--out", str(tmp_path), "--no-png")
+    assert good.returncode == 0, good.stderr
+    for shape in ("64,512", "128,256"):
+        ran = run_axon("nki", "run", f"{kernel}:double", "--input", f"a=float32[{shape}]")
+        assert ran.returncode == 2, ran.stdout
+        profiled = refused("nki", "profile", f"{kernel}:double", "--input", f"a=float32[{shape}]", "--out", str(tmp_path),
+                           "--no-png")
+        assert profiled == ran.stderr.strip()
+
+
+def test_profile_out_in_a_missing_directory(tmp_path):
+    kernel = tmp_path / "double.py"
+    kernel.write_text(KERNEL)
+    refused("nki", "profile", f"{kernel}:double", "--input", "a=float32[128,512]", "--out", str(tmp_path / "no" / "where"),
+            fragments=("--out", "does not exist"))
+
+
+def test_run_refuses_inputs_larger_than_this_machine(tmp_path):
+    kernel = tmp_path / "double.py"
+    kernel.write_text(KERNEL)
+    refused("nki", "run", f"{kernel}:double", "--input", "a=float32[1000000,1000000]", fragments=("GiB", "smaller inputs"))

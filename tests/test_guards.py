@@ -1,0 +1,181 @@
+"""Resource guards before any work, failures that explain themselves, Ctrl-C, cost models of another machine."""
+
+from __future__ import annotations
+
+import re
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from axon.search.guards import GiB, check_tune, estimate, host_memory, numerics_graph, trace_instructions
+from axon.target import load_hw
+from axon.target.hardware import CONFIG_DIR
+from axon.workloads import all_workloads, get
+from tests.conftest import REPO, run_axon
+
+REFUSAL_S = 6.0  # 2 s measured alone; room for a loaded 2-core machine
+
+
+def _refused_quickly(*args, fragments=(), cwd=None):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    result = run_axon(*args, cwd=cwd)
+    elapsed = time.perf_counter() - start
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("axon: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert elapsed < REFUSAL_S, elapsed
+    assert peak_kb < 2 * 1024 * 1024 or peak_kb == before, peak_kb  # the largest child so far stayed under 2 GB
+    return lines[0]
+
+
+def test_every_builtin_default_shape_passes_the_guards():
+    for hw in ("trn1", "trn2"):
+        spec = load_hw(hw)
+        for w in all_workloads():
+            check_tune(w.graph("default"), spec, w.name)
+
+
+def test_guard_figures_scale_with_the_problem():
+    small, big = get("rmsnorm_matmul").graph("default"), get("rmsnorm_matmul").graph("default", M=2**22)
+    assert estimate(big).hbm_bytes > 500 * estimate(small).hbm_bytes
+    assert trace_instructions(big) > 100 * trace_instructions(small)
+    # above the numerics size the check runs at reduced sizes, so its memory does not grow with M
+    assert numerics_graph(big).bindings["M"] == 512
+
+
+def test_tune_at_a_billion_rows_is_refused_with_the_figures(tmp_path):
+    line = _refused_quickly("tune", "rmsnorm_matmul", "--shape", "M=1000000000", "--trials", "2",
+                            "--workdir", str(tmp_path / "w"), fragments=("GiB of HBM", "trn1 has 16.0 GiB", "--force"))
+    assert re.search(r"needs [\d,.]+ GiB", line)
+    assert not (tmp_path / "w" / "optuna.log").exists()  # refused before any study or trace
+
+
+def test_host_memory_and_time_guards(tmp_path):
+    # fits trn1's HBM and is under the numerics check's 4 GFLOP, so the check would evaluate it whole
+    softmax = get("softmax").graph("default", M=65536, N=8192)
+    if estimate(softmax).host_bytes < host_memory() / 2:
+        pytest.skip(f"this machine has {host_memory() / GiB:.0f} GiB: softmax at M=65536 fits")
+    _refused_quickly("tune", "softmax", "--shape", "M=65536,N=8192", "--workdir", str(tmp_path / "w"),
+                     fragments=("GiB of host memory", "--force"))
+
+
+
+def test_a_trace_too_long_for_this_machine_is_refused():
+    # 8 GiB of inputs fit trn1, but one trial would trace about 3 x 10^8 instructions (hours, and
+    # about 1 KB of trace and timeline each)
+    from axon.errors import SpecError
+
+    long = get("attention").graph("default", H=4, S=2**20, D=128)
+    assert estimate(long).trace_s > 3600
+    with pytest.raises(SpecError, match="one trial would trace about|GiB of host memory"):
+        check_tune(long, load_hw("trn1"), "attention")
+
+
+def test_sweep_entry_beyond_the_hardware_is_refused_before_the_first_task(tmp_path):
+    import yaml
+
+    config = tmp_path / "huge.yaml"
+    config.write_text(yaml.safe_dump({"name": "huge", "hw": "trn2", "trials": 2, "entries": [
+        {"workload": "softmax", "preset": "small"}, {"workload": "matmul", "shape": {"M": 2**20}}]}))
+    _refused_quickly("sweep", str(config), "--workdir", str(tmp_path / "w"),
+                     fragments=("huge.yaml: entry matmul[default;M=1048576]:float32@trn2", "HBM", "trn2 has 12.0 GiB"))
+    assert not (tmp_path / "w" / "mlflow.db").exists()
+
+
+def test_show_prints_a_huge_graph_but_check_refuses_to_evaluate_it():
+    show = run_axon("show", "rmsnorm_matmul", "--shape", "M=1000000000")
+    assert show.returncode == 0 and "M=1000000000" in show.stdout, show.stderr
+    _refused_quickly("check", "rmsnorm_matmul", "--shape", "M=1000000000",
+                     fragments=("GiB of host memory", "--force"))
+    variants = run_axon("variants", "rmsnorm_matmul", "--shape", "M=1000000000", "--depth", "1")
+    assert variants.returncode == 0 and "variants; steps proved" in variants.stdout, variants.stderr
+
+
+def _tiny_sbuf(tmp_path):
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(re.sub(r"sbuf_bytes_per_partition: \d+", "sbuf_bytes_per_partition: 2048",
+                           (CONFIG_DIR / "trn1.yaml").read_text()))
+    return tiny
+
+
+def test_failed_trials_are_counted_by_reason_and_printed_with_verbose(tmp_path):
+    result = run_axon("tune", "rmsnorm_matmul", "--preset", "small", "--trials", "3", "--sampler", "random",
+                      "--hw", str(_tiny_sbuf(tmp_path)), "--workdir", str(tmp_path / "w"), "--no-track", "--quiet",
+                      "--verbose", timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    trial_lines = [l for l in lines if l.startswith("trial ")]
+    assert len(trial_lines) == 3 and all(" infeasible: " in l for l in trial_lines), lines
+    error = lines[-1]
+    assert error.startswith("axon: error: rmsnorm_matmul: no trial produced a valid measurement: 3 failed (")
+    assert re.search(r'\(\d+x "[^"]+"', error) and "): first: " in error
+    assert "sbuf:" in error
+
+
+def test_seconds_zero_says_no_trial_ran(tmp_path):
+    from axon.errors import SpecError
+    from axon.search.api import tune
+
+    with pytest.raises(SpecError, match="seconds must be positive"):
+        tune("softmax", preset="small", seconds=0, workdir=tmp_path / "w", track=False)
+
+
+@pytest.mark.slow
+def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path):
+    work = tmp_path / "w"
+    proc = subprocess.Popen([sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--trials", "500",
+                             "--workdir", str(work), "--no-track", "--quiet"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline:
+            time.sleep(0.5)
+            if (work / "records.db").exists():
+                with sqlite3.connect(work / "records.db") as db:
+                    if db.execute("SELECT count(*) FROM records WHERE status = 'ok'").fetchone()[0] >= 2:
+                        break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    match = re.search(r"interrupted; best so far [\d,.]+ us, kernel: (\S+)", err)
+    assert match, err[-2000:]
+    kernel = match.group(1)
+    assert kernel.startswith(str(work / "kernels" / "rmsnorm_matmul_trn1_"))
+    assert "def rmsnorm_matmul(" in open(kernel).read()
+
+
+def test_cost_model_records_its_hardware(tmp_path):
+    from axon.measure.records import Record
+    from axon.search.costmodel import CostModel
+
+    records = [Record("softmax", {"M": 256}, "float32", "trn2", "h", "sim", "v", {"p": i}, f"{i:08x}" * 3,
+                      {"a": float(i), "b": float(i % 3)}, 1000.0 + 10 * i, "ok") for i in range(12)]
+    model = CostModel(rounds=5)
+    model.fit(records)
+    path = model.save(tmp_path / "m.json")
+    assert CostModel.load(path).hw == "trn2"
+
+
+@pytest.mark.slow
+def test_a_cost_model_of_another_machine_warns_once(tmp_path):
+    result = run_axon("tune", "softmax", "--preset", "small", "--trials", "2", "--hw", "trn2",
+                      "--cost-model", "models/axon-costmodel-trn1.json", "--workdir", str(tmp_path / "w"), "--no-track",
+                      "--quiet", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    warnings = [l for l in result.stderr.splitlines() if "warning" in l]
+    assert len(warnings) == 1 and "trained on trn1, tuning on trn2" in warnings[0], result.stderr
+    same = run_axon("tune", "softmax", "--preset", "small", "--trials", "2", "--cost-model", "models/axon-costmodel-trn1.json",
+                    "--workdir", str(tmp_path / "w"), "--no-track", "--quiet", timeout=300)
+    assert same.returncode == 0 and "trained on" not in same.stderr, same.stderr[-2000:]

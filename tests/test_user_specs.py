@@ -1,0 +1,145 @@
+"""A user's own spec file (`path.py:function`) through every command, from another working directory."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+import yaml
+
+from axon.workloads import all_workloads, get, identifier, load_spec
+from tests.conftest import run_axon
+
+SPEC = '''import axon.spec as ax
+
+@ax.spec(x="M K", g="K", w="K N")
+def rmsnorm_matmul(x, g, w, eps=1e-6):
+    return (x / ax.sqrt(ax.mean(x * x) + eps) * g) @ w
+
+# a spec whose function name is not an identifier
+odd = ax.spec(x="M N")(lambda x: ax.exp(x) * 2.0)
+
+PRESETS = {"rmsnorm_matmul": {"small": {"M": 256, "K": 256, "N": 128}}}
+'''
+
+SHAPE = "M=256,K=256,N=128"
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """tmp/specs/my_model.py, and tmp/cwd as the working directory (the spec is ../specs/...)."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "my_model.py").write_text(SPEC)
+    (tmp_path / "cwd").mkdir()
+    return tmp_path
+
+
+def _kernel_path(stdout: str) -> str:
+    match = re.search(r"kernel: (\S+)", stdout)
+    assert match, stdout
+    return match.group(1)
+
+
+def test_identifier_is_a_valid_python_name():
+    for name in ["rmsnorm_matmul", "my-fn", "2x", "<lambda>", "def", "", "nki", "nl"]:
+        out = identifier(name)
+        assert out.isidentifier() and out not in ("def", "nki", "nl"), (name, out)
+    assert identifier("rmsnorm_matmul") == "rmsnorm_matmul"
+
+
+def test_builtin_workloads_keep_their_kernel_names():
+    # results tables are keyed on the emitted source: a built-in's graph (so kernel) name is its name
+    for w in all_workloads():
+        assert w.kernel_name == w.name
+        assert w.graph("small").name == w.name
+
+
+def test_spec_resolves_the_same_from_any_directory(layout, monkeypatch):
+    monkeypatch.chdir(layout / "cwd")
+    relative = load_spec("../specs/my_model.py:rmsnorm_matmul")
+    absolute = get(f"{layout}/specs/my_model.py:rmsnorm_matmul")
+    assert relative.name == absolute.name == f"{layout}/specs/my_model.py:rmsnorm_matmul"
+    assert relative.kernel_name == "rmsnorm_matmul"
+    assert get(f"{layout}/specs/my_model.py:odd").kernel_name == "_lambda_"
+
+
+@pytest.mark.slow
+def test_tune_a_spec_by_relative_path_from_another_directory(layout):
+    result = run_axon("tune", "../specs/my_model.py:rmsnorm_matmul", "--shape", SHAPE, "--trials", "3", "--workdir", "../w",
+                      "--no-track", "--quiet", cwd=layout / "cwd", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "0 failed" in result.stdout and "numerics" in result.stdout and "OK" in result.stdout
+    kernel = _kernel_path(result.stdout)
+    assert kernel == str(layout / "w" / "kernels" / re.search(r"rmsnorm_matmul_trn1_\w{8}\.py", kernel).group(0))
+    source = (layout / "w" / "kernels").joinpath(kernel.rsplit("/", 1)[1]).read_text()
+    assert "def rmsnorm_matmul(" in source
+    # the kernels the backend traced are in the workdir, not the system temp folder
+    assert list((layout / "w" / "cache" / "kernels").glob("kernel_*.py"))
+    # the kernel runs as any NKI file does
+    run = run_axon("nki", "run", f"{kernel}:rmsnorm_matmul", "--input", "x=float32[256,256]", "--input", "g=float32[256]",
+                   "--input", "w=float32[256,128]", cwd=layout)
+    assert run.returncode == 0 and "output 0: shape [256, 128]" in run.stdout, run.stderr
+
+
+@pytest.mark.slow
+def test_tune_a_lambda_spec_by_absolute_path_through_the_python_api(layout, monkeypatch):
+    from axon.search.api import tune
+
+    monkeypatch.chdir(layout / "cwd")
+    report = tune(f"{layout}/specs/my_model.py:odd", shape={"M": 256, "N": 512}, trials=2, workdir=layout / "w", track=False)
+    assert report.best_latency_ns and report.failed == 0 and report.numerics.ok
+    assert report.kernel_path.startswith(str(layout / "w" / "kernels" / "_lambda__trn1_"))
+    assert "def _lambda_(" in open(report.kernel_path).read()
+    # the same spec by a relative path is the same task: its measurements are reused
+    again = tune("../specs/my_model.py:odd", shape={"M": 256, "N": 512}, trials=3, workdir=layout / "w", track=False)
+    assert again.workload == report.workload and again.measured <= 1
+
+
+@pytest.mark.slow
+def test_sweep_entry_spec_path_is_relative_to_the_config_file(layout):
+    (layout / "configs").mkdir()
+    config = layout / "configs" / "mine.yaml"
+    config.write_text(yaml.safe_dump({"name": "mine", "hw": "trn1", "trials": 2, "entries": [
+        {"workload": "../specs/my_model.py:rmsnorm_matmul", "preset": "small"}]}))
+    result = run_axon("sweep", str(config), "--workdir", "../w", "--quiet", cwd=layout / "cwd", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "../specs/my_model.py:rmsnorm_matmul[small]:float32@trn1" in result.stdout
+    assert "FAILED" not in result.stdout
+    # the same entry relative to the working directory instead is refused before any work, naming it
+    config.write_text(yaml.safe_dump({"name": "mine", "hw": "trn1", "trials": 2, "entries": [
+        {"workload": "specs/my_model.py:rmsnorm_matmul", "preset": "small"}]}))
+    bad = run_axon("sweep", str(config), "--workdir", "../w", cwd=layout / "cwd")
+    assert bad.returncode == 2 and "entries[0].workload" in bad.stderr and "config file's directory" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+@pytest.mark.slow
+def test_sweep_with_a_failing_entry_exits_non_zero_and_names_it(layout):
+    # the entry passes every check before tuning, then fails while tuning: no point fits a tiny SBUF
+    from axon.target.hardware import CONFIG_DIR
+
+    tiny = layout / "tiny.yaml"
+    tiny.write_text(re.sub(r"sbuf_bytes_per_partition: \d+", "sbuf_bytes_per_partition: 2048",
+                           (CONFIG_DIR / "trn1.yaml").read_text()))
+    config = layout / "s.yaml"
+    config.write_text(yaml.safe_dump({"name": "tinysweep", "hw": str(tiny), "trials": 2, "sampler": "random", "entries": [
+        {"workload": "specs/my_model.py:rmsnorm_matmul", "preset": "small"}]}))
+    result = run_axon("sweep", str(config), "--workdir", "w", "--quiet", cwd=layout, timeout=300)
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "axon: error: sweep tinysweep: entry specs/my_model.py:rmsnorm_matmul[small]:float32@trn1 failed" in result.stderr
+    assert "sbuf:" in result.stderr
+
+
+def test_show_check_and_variants_of_a_spec_from_another_directory(layout):
+    cwd = layout / "cwd"
+    for ref in ("../specs/my_model.py:rmsnorm_matmul", f"{layout}/specs/my_model.py:rmsnorm_matmul"):
+        show = run_axon("show", ref, "--shape", SHAPE, cwd=cwd)
+        assert show.returncode == 0 and "x: f32[M=256, K=256]" in show.stdout, show.stderr
+        check = run_axon("check", ref, "--shape", SHAPE, cwd=cwd)
+        assert check.returncode == 0 and "rmsnorm_matmul.out: shape [256, 128]" in check.stdout, check.stderr
+    variants = run_axon("variants", "../specs/my_model.py:rmsnorm_matmul", "--depth", "2", cwd=cwd)
+    assert variants.returncode == 0 and "== variant 1" in variants.stdout, variants.stderr
+    missing = run_axon("show", "specs/my_model.py:rmsnorm_matmul", cwd=cwd)
+    assert missing.returncode == 2 and "spec file" in missing.stderr and "not found" in missing.stderr
+    assert str(cwd / "specs" / "my_model.py") in missing.stderr

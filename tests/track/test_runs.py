@@ -1,0 +1,55 @@
+"""`axon runs`: the recent runs of a working directory with hw, shape, dtype, best latency and speedup."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_axon
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A working directory after one tiny real tune, and the tune's JSON report."""
+    workdir = tmp_path_factory.mktemp("runs")
+    done = run_axon("tune", "rmsnorm", "--preset", "small", "--trials", "2", "--workdir", str(workdir), "--quiet", "--json",
+                    timeout=300)
+    assert done.returncode == 0, done.stderr[-800:]
+    return workdir, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_axon_runs_table_shows_hw_shape_dtype_latency_and_speedup(tuned):
+    workdir, report = tuned
+    done = run_axon("runs", "--workdir", str(workdir))
+    assert done.returncode == 0, done.stderr
+    header, row = done.stdout.splitlines()[:2]
+    assert header.split() == ["run", "name", "status", "started", "hw", "shape", "dtype", "best", "us", "vs", "unfused"]
+    best_us = report["best_latency_ns"] / 1e3
+    speedup = report["unfused_ns"] / report["best_latency_ns"]
+    shape = ",".join(f"{k}={v}" for k, v in report["shapes"].items())
+    assert shape == "M=256,N=512"
+    assert row.split()[:3] == [report["run_id"], "tune", "rmsnorm"]
+    assert row.split()[-5:] == [report["hw"], shape, report["dtype"], f"{best_us:.2f}", f"{speedup:.2f}x"]
+    # each value sits under its column's heading
+    for heading, value in (("hw", report["hw"]), ("shape", shape), ("dtype", report["dtype"])):
+        assert row.index(value) == header.index(heading)
+    assert row.rstrip().endswith(f"{speedup:.2f}x") and header.rstrip().endswith("vs unfused")
+
+
+@pytest.mark.slow
+def test_axon_runs_json_has_the_same_fields(tuned):
+    workdir, report = tuned
+    done = run_axon("runs", "--workdir", str(workdir), "--json")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout.splitlines()[0])
+    assert row["run_id"] == report["run_id"] and row["workload"] == "rmsnorm" and row["status"] == "FINISHED"
+    assert (row["hw"], row["shape"], row["dtype"]) == ("trn1", "M=256,N=512", "float32")
+    assert row["best_latency_us"] == pytest.approx(report["best_latency_ns"] / 1e3)
+    assert row["speedup_vs_unfused"] == pytest.approx(report["unfused_ns"] / report["best_latency_ns"])
+
+
+def test_axon_runs_without_a_store_says_so(tmp_path):
+    empty = run_axon("runs", "--workdir", str(tmp_path / "nothing"))
+    assert empty.returncode == 2 and "no tracking store" in empty.stderr

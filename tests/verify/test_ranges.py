@@ -1,0 +1,162 @@
+"""The floating-point gate on variants: range analysis and the adversarial measurement, each on its own.
+
+Proved equal over the reals is not enough: dropping softmax's max shift overflows exp, a one-pass
+variance cancels. These run at the `small` presets and check what a user would notice: which moves
+are offered, and the reason a rejected one gives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import axon.spec as ax
+from axon.errors import SpecError
+from axon.ir import trace
+from axon.synth import discover_variants
+from axon.verify.adversarial import AdversarialCheck, evaluate_in, input_ranges, quantize
+from axon.verify.floating import screen
+from axon.verify.ranges import analyze, new_hazards
+from axon.workloads import get
+
+EXCLUDE = frozenset({"split-tiles"})
+
+
+def _variants(graph, depth=1):
+    return discover_variants(graph, max_depth=depth, exclude=EXCLUDE)
+
+
+def _moves(v) -> str:
+    return " + ".join(m.name for m in v.moves)
+
+
+def _only(variants, moves: str):
+    return next(v for v in variants if _moves(v) == moves)
+
+
+@ax.spec(x=ax.tensor("M N", range=(-10, 10)))
+def small_logits_softmax(x):
+    e = ax.exp(x - ax.max(x))
+    return e / ax.sum(e)
+
+
+@ax.spec(x=ax.tensor("M N", range=(990, 1010)), r=ax.tensor("M N", range=(-1, 1)), g="N", b="N")
+def add_layernorm_near_1000(x, r, g, b, eps=1e-5):
+    h = x + r
+    return (h - ax.mean(h)) / ax.sqrt(ax.var(h) + eps) * g + b
+
+
+# declarations -------------------------------------------------------------------------------------
+def test_a_declared_range_travels_with_the_graph_and_its_variants():
+    g = trace(small_logits_softmax, M=4, N=8)
+    assert g.input("x").attr("range") == (-10.0, 10.0)
+    assert all(v.graph.input("x").attr("range") == (-10.0, 10.0) for v in _variants(g))
+    assert input_ranges(g, "float32") == {"x": (-10.0, 10.0)}
+
+
+@pytest.mark.parametrize("bad", [(10, -10), (1, 1), (0, float("inf")), (1,), "wide"])
+def test_a_malformed_range_is_a_spec_error(bad):
+    with pytest.raises(SpecError, match="range must be two finite numbers"):
+        ax.tensor("M N", range=bad)
+
+
+def test_an_undeclared_range_is_where_the_spec_as_written_stays_accurate():
+    # softmax as written is exact for any float32 magnitude: the bound goes up to the headroom below
+    # the dtype's limit; layernorm's centring loses digits for offsets far above the spread
+    softmax = input_ranges(get("softmax").graph("small"), "float32")["x"][1]
+    layernorm = input_ranges(get("layernorm").graph("small"), "float32")["x"][1]
+    assert softmax > 1e30
+    assert 1 <= layernorm < 1e3
+
+
+# range analysis -----------------------------------------------------------------------------------
+def test_range_analysis_sees_the_max_shift_keep_exp_at_most_one():
+    g = get("softmax").graph("small")
+    vals, hazards = analyze(g, {"x": (-1e6, 1e6)})
+    exp = next(n.id for n in g.nodes if n.op == "exp")
+    assert vals[exp].hi == 1.0 and not hazards
+
+
+@pytest.mark.slow
+def test_unshift_exp_overflows_in_the_range_analysis_for_softmax_and_attention():
+    for name in ("softmax", "attention"):
+        g = get(name).graph("small")
+        v = _only(_variants(g), "unshift-exp")
+        hazards = new_hazards(g, v.graph, input_ranges(g, "float32"), "float32")
+        assert hazards and hazards[0].kind == "overflow" and "exp overflows for arguments > 88.7 in float32" in hazards[0].text
+
+
+def test_fuse_reductions_takes_a_square_root_of_a_possibly_negative_variance():
+    g = get("layernorm").graph("small")
+    v = _only(_variants(g), "fuse-reductions")
+    hazards = new_hazards(g, v.graph, input_ranges(g, "float32"), "float32")
+    assert hazards and hazards[0].kind == "domain" and "sqrt of a value that can be negative" in hazards[0].text
+
+
+# adversarial measurement -------------------------------------------------------------------------
+def test_the_dtype_evaluator_computes_in_float32_and_rounds_outputs_to_the_dtype():
+    g = get("softmax").graph("small", dtype="bfloat16")
+    x = np.random.default_rng(0).uniform(-3, 3, (256, 512))
+    out = evaluate_in(g, {"x": x}, "bfloat16")["out"]
+    assert np.array_equal(out, quantize(out, "bfloat16"))  # representable in bfloat16
+    assert not np.array_equal(out, evaluate_in(g, {"x": x}, "float32")["out"])
+
+
+def test_adversarial_check_measures_what_the_issue_reported():
+    g = get("softmax").graph("small")
+    check = AdversarialCheck(g, "float32")
+    results = {r.label: r for r in check.check(_only(_variants(g), "unshift-exp").graph)}
+    assert not np.isfinite(results["offset(x)"].variant_error)
+    assert results["offset(x)"].spec_error < 1e-6
+    assert check.reason(g) == ""
+
+
+def test_adversarial_check_alone_rejects_the_one_pass_variance_near_1000():
+    g = trace(add_layernorm_near_1000, M=64, N=256)
+    check = AdversarialCheck(g, "float32")
+    reason = check.reason(_only(_variants(g), "fuse-reductions").graph)
+    assert "float32" in reason and "the spec as written" in reason
+    worst = max(r.variant_error for r in check.check(_only(_variants(g), "fuse-reductions").graph))
+    spec = max(r.spec_error for r in check.check(g))
+    assert worst > 100 * spec
+
+
+# the gate -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gate_rejects_unshift_exp_for_softmax_with_its_reason(dtype):
+    g = get("softmax").graph("small", dtype=dtype)
+    kept, rejected = screen(g, _variants(g, 2))
+    assert "unshift-exp" not in {m.name for v in kept for m in v.moves}
+    first = next(r for r in rejected if _moves(r.variant) == "unshift-exp")
+    assert first.describe().startswith("unshift-exp: exp overflows for arguments > 88.7 in float32")
+    assert any(_moves(v) == "fold-divisor-into-exp" for v in kept)
+
+
+def test_gate_rejects_unshift_exp_for_attention():
+    g = get("attention").graph("small")
+    kept, rejected = screen(g, _variants(g, 1))
+    assert not any("unshift-exp" in _moves(v) for v in kept)
+    assert any(_moves(r.variant) == "unshift-exp" and "exp overflows" in r.reason for r in rejected)
+    assert any(_moves(v) == "hoist-factor" for v in kept)
+
+
+@pytest.mark.parametrize("name", ["layernorm", pytest.param("layernorm_matmul", marks=pytest.mark.slow)])
+def test_gate_rejects_fuse_reductions_for_layernorm_with_a_reason(name):
+    g = get(name).graph("small")
+    kept, rejected = screen(g, _variants(g, 1))
+    assert not any("fuse-reductions" in _moves(v) for v in kept)
+    r = next(r for r in rejected if _moves(r.variant) == "fuse-reductions")
+    assert "sqrt" in r.reason and "negative" in r.reason
+
+
+def test_a_declared_small_range_lets_unshift_exp_back_in():
+    g = trace(small_logits_softmax, M=256, N=512)
+    kept, rejected = screen(g, _variants(g))
+    assert any(_moves(v) == "unshift-exp" for v in kept), [r.describe() for r in rejected]
+
+
+def test_safe_moves_are_still_offered():
+    g = get("rmsnorm_matmul").graph("small")
+    kept, rejected = screen(g, _variants(g, 2))
+    assert any(_moves(v) == "move-factor-across + hoist-factor" for v in kept), [r.describe() for r in rejected]
+    assert not rejected
