@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -10,12 +11,25 @@ from axon.errors import SpecError
 from axon.ir.graph import Graph
 from axon.ir.ops import BINARY, UNARY, NumpyMath
 
-_NP = NumpyMath()
+@dataclass(frozen=True)
+class Arithmetic:
+    """How `evaluate` computes: the op namespace, the floating type of every value, and what an input
+    and a `cast` round to. The reference is float64 throughout; `axon.verify.adversarial` evaluates
+    the way a kernel computes (its dtype at the edges, float32 inside) with the same interpreter."""
+
+    math: Any
+    float_type: type
+    load: Callable[[np.ndarray], np.ndarray]
+    cast: Callable[[np.ndarray, str], np.ndarray]
+
+
+FLOAT64 = Arithmetic(NumpyMath(), np.float64, lambda a: np.asarray(a, dtype=np.float64), lambda v, _dtype: v)
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
 
 
-def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Outputs of `graph` (by output name) on `inputs` (by input name), computed in float64.
+def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], arithmetic: Arithmetic = FLOAT64) -> dict[str, np.ndarray]:
+    """Outputs of `graph` (by output name) on `inputs` (by input name), computed in float64 (or as
+    `arithmetic` says).
 
     >>> import numpy as np, axon.spec as ax
     >>> from axon.ir import trace, evaluate
@@ -27,54 +41,56 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nda
     """
     graph.check_bound()
     dims = graph.bindings
+    m, real = arithmetic.math, arithmetic.float_type
     values: list[np.ndarray] = []
-    for node in graph.nodes:
-        args = [values[i] for i in node.inputs]
-        op = node.op
-        if op == "input":
-            name = node.attr("name")
-            if name not in inputs:
-                raise SpecError(f"evaluate {graph.name}: missing input {name!r}")
-            value = np.asarray(inputs[name], dtype=np.float64)
-            expected = node.type.concrete(dims)
-            if value.shape != expected:
-                raise SpecError(f"evaluate {graph.name}: input {name!r} has shape {list(value.shape)}, expected {list(expected)}")
-        elif op == "const":
-            value = np.float64(node.attr("value"))
-        elif op == "dimsize":
-            value = np.float64(node.attr("dim").evaluate(dims))
-        elif op in UNARY:
-            with np.errstate(all="ignore"):
-                value = UNARY[op](_NP, args[0])
-        elif op in BINARY:
-            with np.errstate(all="ignore"):
-                value = BINARY[op](_NP, args[0], args[1])
-        elif op == "pow":
-            with np.errstate(all="ignore"):
-                value = np.power(args[0], node.attr("exponent"))
-        elif op == "cast":
-            value = args[0]
-        elif op == "reduce":
-            value = _REDUCE[node.attr("kind")](args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims"))
-        elif op == "matmul":
-            value = np.matmul(args[0], args[1])
-        elif op == "transpose":
-            value = np.transpose(args[0], node.attr("axes"))
-        elif op == "reshape":
-            value = np.reshape(args[0], node.type.concrete(dims))
-        elif op == "slice":
-            axis = node.attr("axis")
-            index = [slice(None)] * args[0].ndim
-            index[axis] = slice(node.attr("start").evaluate(dims), node.attr("stop").evaluate(dims))
-            value = args[0][tuple(index)]
-        elif op == "concat":
-            value = np.concatenate(args, axis=node.attr("axis"))
-        elif op == "repeat":
-            value = np.repeat(args[0], node.attr("repeats").evaluate(dims), axis=node.attr("axis"))
-        else:  # pragma: no cover - the builder only admits known ops
-            raise SpecError(f"evaluate: unknown op {op!r}")
-        values.append(np.asarray(value, dtype=np.float64))
+    with np.errstate(all="ignore"):  # overflow and NaN are results here, compared by the callers
+        for node in graph.nodes:
+            args = [values[i] for i in node.inputs]
+            values.append(np.asarray(_value(graph, node, args, inputs, arithmetic, dims), dtype=real))
     return {name: values[o] for name, o in zip(graph.output_names, graph.outputs)}
+
+
+def _value(graph: Graph, node: Any, args: list[np.ndarray], inputs: Mapping[str, np.ndarray], arithmetic: Arithmetic,
+           dims: Mapping[str, int]) -> Any:
+    op, real = node.op, arithmetic.float_type
+    if op == "input":
+        name = node.attr("name")
+        if name not in inputs:
+            raise SpecError(f"evaluate {graph.name}: missing input {name!r}")
+        value = np.asarray(inputs[name])
+        expected = node.type.concrete(dims)
+        if value.shape != expected:
+            raise SpecError(f"evaluate {graph.name}: input {name!r} has shape {list(value.shape)}, expected {list(expected)}")
+        return arithmetic.load(value)
+    if op == "const":
+        return real(node.attr("value"))
+    if op == "dimsize":
+        return real(node.attr("dim").evaluate(dims))
+    if op in UNARY:
+        return UNARY[op](arithmetic.math, args[0])
+    if op in BINARY:
+        return BINARY[op](arithmetic.math, args[0], args[1])
+    if op == "pow":
+        return np.power(args[0], real(node.attr("exponent")))
+    if op == "cast":
+        return arithmetic.cast(args[0], node.attr("dtype"))
+    if op == "reduce":
+        return _REDUCE[node.attr("kind")](args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims"))
+    if op == "matmul":
+        return np.matmul(args[0], args[1])
+    if op == "transpose":
+        return np.transpose(args[0], node.attr("axes"))
+    if op == "reshape":
+        return np.reshape(args[0], node.type.concrete(dims))
+    if op == "slice":
+        index = [slice(None)] * args[0].ndim
+        index[node.attr("axis")] = slice(node.attr("start").evaluate(dims), node.attr("stop").evaluate(dims))
+        return args[0][tuple(index)]
+    if op == "concat":
+        return np.concatenate(args, axis=node.attr("axis"))
+    if op == "repeat":
+        return np.repeat(args[0], node.attr("repeats").evaluate(dims), axis=node.attr("axis"))
+    raise SpecError(f"evaluate: unknown op {op!r}")  # pragma: no cover - the builder only admits known ops
 
 
 def random_inputs(graph: Graph, seed: int = 0, low: float = -1.0, high: float = 1.0) -> dict[str, np.ndarray]:

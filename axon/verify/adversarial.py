@@ -18,7 +18,8 @@ from typing import Mapping
 import numpy as np
 
 from axon.ir import Graph, evaluate, max_rel_error
-from axon.ir.ops import BINARY, UNARY, NumpyMath
+from axon.ir.evaluate import Arithmetic
+from axon.ir.ops import NumpyMath
 
 CLASSES = ("typical", "offset", "magnitude", "dominant", "near-constant", "limit")
 # Reduced sizes for the adversarial evaluation: rows of up to 128 elements, enough for a reduction
@@ -61,53 +62,17 @@ class _F32(NumpyMath):
         return np.float32(1.0) / np.sqrt(x)
 
 
-_M32 = _F32()
-_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+def _in_kernel(dtype: str) -> Arithmetic:
+    """A `dtype` kernel's arithmetic: inputs rounded to `dtype`, every intermediate in float32."""
+    return Arithmetic(_F32(), np.float32, lambda a: quantize(a, dtype).astype(np.float32),
+                      lambda v, to: quantize(v, to).astype(np.float32))
 
 
 def evaluate_in(graph: Graph, inputs: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
     """Outputs of `graph` computed as a `dtype` kernel does: inputs and outputs in `dtype`, the rest
     in float32 (sums accumulate in float32). Returned as float64 arrays of the dtype's values."""
-    dims = graph.bindings
-    values: list[np.ndarray] = []
-    with np.errstate(all="ignore"):
-        for node in graph.nodes:
-            args = [values[i] for i in node.inputs]
-            op = node.op
-            if op == "input":
-                value = quantize(inputs[node.attr("name")], dtype).astype(np.float32)
-            elif op == "const":
-                value = np.float32(node.attr("value"))
-            elif op == "dimsize":
-                value = np.float32(node.attr("dim").evaluate(dims))
-            elif op in UNARY:
-                value = UNARY[op](_M32, args[0])
-            elif op in BINARY:
-                value = BINARY[op](_M32, args[0], args[1])
-            elif op == "pow":
-                value = np.power(args[0], np.float32(node.attr("exponent")))
-            elif op == "cast":
-                value = quantize(args[0], node.attr("dtype")).astype(np.float32)
-            elif op == "reduce":
-                value = _REDUCE[node.attr("kind")](args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims"))
-            elif op == "matmul":
-                value = np.matmul(args[0], args[1])
-            elif op == "transpose":
-                value = np.transpose(args[0], node.attr("axes"))
-            elif op == "reshape":
-                value = np.reshape(args[0], node.type.concrete(dims))
-            elif op == "slice":
-                index = [slice(None)] * args[0].ndim
-                index[node.attr("axis")] = slice(node.attr("start").evaluate(dims), node.attr("stop").evaluate(dims))
-                value = args[0][tuple(index)]
-            elif op == "concat":
-                value = np.concatenate(args, axis=node.attr("axis"))
-            elif op == "repeat":
-                value = np.repeat(args[0], node.attr("repeats").evaluate(dims), axis=node.attr("axis"))
-            else:  # pragma: no cover - the builder admits only known ops
-                raise ValueError(f"evaluate_in: unknown op {op!r}")
-            values.append(np.asarray(value, dtype=np.float32))
-    return {name: quantize(values[o], dtype) for name, o in zip(graph.output_names, graph.outputs)}
+    outputs = evaluate(graph, inputs, _in_kernel(dtype))
+    return {name: quantize(value, dtype) for name, value in outputs.items()}
 
 
 def reduced(graph: Graph, budget: int = _BUDGET) -> Graph:
