@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from axon.errors import AxonError
+from axon.shipped import cost_model_ref
 
 # name -> "module:attribute" of a click command living beside the code it drives
 LAZY_COMMANDS = {
@@ -31,6 +32,12 @@ LAZY_SUBCOMMANDS = {
 }
 
 
+# option name -> click callback that turns a ref into what the command's code loads: `--cost-model trn1`
+# or `models/axon-costmodel-trn1.json` reach the model shipped in the package from any directory.
+# Given here, for every lazily loaded command that has the option and no callback of its own.
+REF_OPTIONS = {"cost_model": lambda ctx, param, value: cost_model_ref(value)}
+
+
 class AxonGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
@@ -43,6 +50,9 @@ class AxonGroup(click.Group):
                 if isinstance(command, click.Group) and sub not in command.commands:
                     sub_module, _, sub_attr = target.partition(":")
                     command.add_command(getattr(importlib.import_module(sub_module), sub_attr), sub)
+            for param in command.params:
+                if param.name in REF_OPTIONS and param.callback is None:
+                    param.callback = REF_OPTIONS[param.name]
             return command
         return super().get_command(ctx, name)
 

@@ -21,10 +21,11 @@ from axon.search.api import verified_variants  # noqa: E402
 from axon.search.costmodel import CostModel  # noqa: E402
 from axon.search.problem import LoweredProblem  # noqa: E402
 from axon.search.tuner import TuneConfig, Tuner  # noqa: E402
+from axon.shipped import MODELS_DIR  # noqa: E402
 from axon.target import load_hw  # noqa: E402
 from axon.workloads import get  # noqa: E402
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+MODELS = MODELS_DIR  # package data; the repository's models/ links there
 TASKS = [
     ("rmsnorm_matmul", "small", {}), ("rmsnorm_matmul", "default", {"M": 1024}), ("rmsnorm_matmul", "default", {"M": 2048, "N": 1024}),
     ("layernorm_matmul", "small", {}), ("layernorm_matmul", "default", {"M": 512, "K": 1024, "N": 1024}),

@@ -1,4 +1,4 @@
-"""`HardwareSpec`: one NeuronCore as validated, frozen data, loaded from `configs/hw/*.yaml`.
+"""`HardwareSpec`: one NeuronCore as validated, frozen data, loaded from `axon/target/hw/*.yaml`.
 
 The schema is the dataclasses below: every field is required, numbers must be positive (or
 non-negative where zero is meaningful), and an error names the field and the file. Nothing here
@@ -16,7 +16,9 @@ from typing import Any, Mapping, get_type_hints
 
 from axon.errors import HardwareError
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "hw"
+# the built-in hardware files: package data (pyproject.toml), so a wheel carries them; the
+# repository's documented `configs/hw/` links here
+CONFIG_DIR = Path(__file__).resolve().parent / "hw"
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 
 
@@ -194,11 +196,17 @@ def _check(hw: HardwareSpec, file: str) -> None:
 
 
 def load_hw(name_or_path: str | os.PathLike[str] = "trn1") -> HardwareSpec:
-    """A `HardwareSpec` from a name in `configs/hw/` or a YAML path; HardwareError names the field."""
+    """A `HardwareSpec` from a built-in name (`trn1`) or a YAML path; HardwareError names the field.
+
+    The repository path of a built-in file (`configs/hw/trn1.yaml`, relative) names that file
+    from any working directory, as it does in a checkout, unless such a file exists there.
+    """
     import yaml
 
     text = str(name_or_path)
     path = Path(text) if (text.endswith((".yaml", ".yml")) or os.sep in text) else CONFIG_DIR / f"{text}.yaml"
+    if not path.is_file() and path.parts == ("configs", "hw", path.name) and (CONFIG_DIR / path.name).is_file():
+        path = CONFIG_DIR / path.name
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
         raise HardwareError(f"hardware file {path} not found (built-in: {known})")

@@ -23,6 +23,19 @@ def test_builtin_files_carry_the_documented_numbers():
     assert load_hw(CONFIG_DIR / "trn1.yaml") == trn1
 
 
+def test_builtin_files_are_package_data_and_the_repository_path_names_them_anywhere(tmp_path, monkeypatch):
+    repo = Path(__file__).resolve().parents[2]
+    assert CONFIG_DIR == Path(load_hw("trn1").source).parent and CONFIG_DIR.parent.name == "target"
+    assert (repo / "configs" / "hw").resolve() == CONFIG_DIR  # the documented location links to the package's
+    monkeypatch.chdir(tmp_path)  # not a checkout
+    assert load_hw("configs/hw/trn2.yaml") == load_hw("trn2")
+    (tmp_path / "configs" / "hw").mkdir(parents=True)
+    (tmp_path / "configs" / "hw" / "trn2.yaml").write_text((CONFIG_DIR / "trn1.yaml").read_text())
+    assert load_hw("configs/hw/trn2.yaml").file_hash == load_hw("trn1").file_hash  # a file that is there wins
+    with pytest.raises(HardwareError, match=r"not found \(built-in: trn1, trn2\)"):
+        load_hw("configs/hw/trn3.yaml")
+
+
 def _broken(tmp_path: Path, edit) -> Path:
     data = yaml.safe_load((CONFIG_DIR / "trn1.yaml").read_text())
     edit(data)
