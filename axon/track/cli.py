@@ -207,12 +207,12 @@ def runs(workdir: str | None, count: int, as_json: bool) -> None:
         for row in rows:
             click.echo(json.dumps(row))
         return
-    click.echo(f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<5} {'shape':<20} {'dtype':<8} "
+    click.echo(f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<9} {'shape':<20} {'dtype':<8} "
                f"{'best us':>10} {'vs unfused':>10}")
     for row in rows:
         best, speedup = row["best_latency_us"], row["speedup_vs_unfused"]
-        click.echo(f"{row['run_id']:<32}  {row['name'][:24]:<24} {row['status'][:8]:<8} {row['started']:<16} "
-                   f"{row['hw'][:5]:<5} {row['shape'][:20]:<20} {row['dtype'][:8]:<8} "
+        click.echo(f"{row['run_id']:<32}  {_fit(row['name'], 24):<24} {row['status'][:8]:<8} {row['started']:<16} "
+                   f"{row['hw'][:9]:<9} {row['shape'][:20]:<20} {row['dtype'][:8]:<8} "
                    f"{'' if best is None else f'{best:.2f}':>10} {'' if speedup is None else f'{speedup:.2f}x':>10}")
 
 
@@ -222,12 +222,28 @@ def _run_row(run: Any) -> dict:
     return {
         "run_id": info.run_id, "name": info.run_name or "", "status": info.status,
         "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(info.start_time / 1000)),
-        "workload": data.params.get("workload", ""), "hw": data.params.get("hw", ""),
+        "workload": data.params.get("workload", ""), "hw": _hw_text(data.params.get("hw", "")),
         "shape": _shape_text(data.params.get("shapes", "")), "dtype": data.params.get("dtype", ""),
         "best_latency_us": data.metrics.get("best_latency_us"),
         "speedup_vs_unfused": data.metrics.get("speedup_vs_unfused"),
         "parent": data.tags.get("mlflow.parentRunId", ""),
     }
+
+
+def _fit(text: str, width: int) -> str:
+    """`text` cut to `width`, keeping its end (a spec's run name ends in its file and function)."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _hw_text(param: str) -> str:
+    """The `hw` param: one name for a tuning run, a JSON list (["trn1", "trn2"]) for a sweep's."""
+    import json
+
+    try:
+        names = json.loads(param)
+    except ValueError:
+        return param
+    return ",".join(map(str, names)) if isinstance(names, list) else param
 
 
 def _shape_text(param: str) -> str:
