@@ -57,18 +57,11 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any
 
 def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **kw: Any) -> View:
     t = ndarray(shape, dtype, buffer, name)
-    if t.alloc.kind == "hbm":
-        m = active()
-        if m.execute:
-            t.alloc.data[...] = fill_value  # type: ignore[index]
-            t.alloc.written[...] = True  # type: ignore[index]
-        t.alloc.ever_written = True
-        return t
-    if t.alloc.par_axis:
-        # Block dimensions: the compiler initializes each block where it is first used (lazily),
-        # so the blocks are not all live from here; the values are there from the start.
-        m = active()
-        if m.execute:
+    if t.alloc.kind == "hbm" or t.alloc.par_axis:
+        # HBM is filled outside the engines; with block dimensions the compiler initializes each
+        # block where it is first used (lazily), so the blocks are not all live from here: either
+        # way the values are there from the start and no on-chip instruction is traced.
+        if active().execute:
             t.alloc.data[...] = fill_value  # type: ignore[index]
             t.alloc.written[...] = True  # type: ignore[index]
         t.alloc.ever_written = True
