@@ -6,5 +6,4 @@ from axon.verify import Counterexample, prove_online_softmax
 def test_online_softmax_step_and_exit_are_proved_and_the_unrescaled_merge_refuted():
     result = prove_online_softmax()
     assert result.proved
-    assert result.step.time_s < 1.0
     assert isinstance(result.without_rescale, Counterexample) and result.without_rescale.confirmed
