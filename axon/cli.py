@@ -27,9 +27,7 @@ LAZY_COMMANDS = {
 
 
 # group name -> {subcommand: "module:attribute"} attached to a lazily loaded group by its users
-LAZY_SUBCOMMANDS = {
-    "nki": {"profile": "axon.sim.cli:profile"},
-}
+LAZY_SUBCOMMANDS = {"nki": {"profile": "axon.sim.cli:profile"}}
 
 
 # option name -> click callback that turns a ref into what the command's code loads: `--cost-model trn1`

@@ -32,11 +32,18 @@ def main() -> None:
     workdir = ".axon"
     _step("the 20 built-in workloads", "workloads")
     _step("verified algebraic variants of one workload", "variants", "rmsnorm_matmul")
-    _step("tune two workloads on the trn1 simulator, tracked in MLflow", "sweep",
-          str(REPO / "configs" / "sweeps" / "demo.yaml"), "--workdir", workdir)
+    _step(
+        "tune two workloads on the trn1 simulator, tracked in MLflow",
+        "sweep",
+        str(REPO / "configs" / "sweeps" / "demo.yaml"),
+        "--workdir",
+        workdir,
+    )
     _step("the runs just recorded", "runs", "--workdir", workdir, "-n", "5")
-    print(f"\ndemo: done. Kernels: {workdir}/kernels/   records: {workdir}/records.db   "
-          f"MLflow: `axon ui --workdir {workdir}` then open the printed URL")
+    print(
+        f"\ndemo: done. Kernels: {workdir}/kernels/   records: {workdir}/records.db   "
+        f"MLflow: `axon ui --workdir {workdir}` then open the printed URL"
+    )
 
 
 if __name__ == "__main__":

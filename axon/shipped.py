@@ -43,6 +43,8 @@ def cost_model_ref(ref: str | None) -> str | None:
         return ref
     name = ref.removeprefix(PREFIX)
     if name not in shipped_cost_models():
-        raise StoreError(f"cost model {ref} not found (a file, models:/NAME@ALIAS, or shipped: "
-                         f"{', '.join(shipped_cost_models()) or 'none'})")
+        raise StoreError(
+            f"cost model {ref} not found (a file, models:/NAME@ALIAS, or shipped: "
+            f"{', '.join(shipped_cost_models()) or 'none'})"
+        )
     return str(MODELS_DIR / f"{PREFIX}{name}.json")

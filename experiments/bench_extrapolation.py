@@ -53,10 +53,15 @@ def main() -> None:
             err = mf.latency_ns / mw.latency_ns - 1
             errs.append(abs(err))
             speedups.append(mw.wall_s / max(mf.wall_s, 1e-9))
-            print(f"{name}: whole {mw.latency_ns / 1e3:,.1f} us in {mw.wall_s:.1f} s, extrapolated {mf.latency_ns / 1e3:,.1f} us "
-                  f"in {mf.wall_s:.1f} s ({mf.details.get('timing')}), error {err:+.4%}", flush=True)
-    print(f"extrap_max_abs_err={max(errs):.4f} extrap_median_abs_err={statistics.median(errs):.4f} "
-          f"median_speedup={statistics.median(speedups):.1f} points={len(errs)}")
+            print(
+                f"{name}: whole {mw.latency_ns / 1e3:,.1f} us in {mw.wall_s:.1f} s, extrapolated {mf.latency_ns / 1e3:,.1f} us "
+                f"in {mf.wall_s:.1f} s ({mf.details.get('timing')}), error {err:+.4%}",
+                flush=True,
+            )
+    print(
+        f"extrap_max_abs_err={max(errs):.4f} extrap_median_abs_err={statistics.median(errs):.4f} "
+        f"median_speedup={statistics.median(speedups):.1f} points={len(errs)}"
+    )
 
 
 if __name__ == "__main__":

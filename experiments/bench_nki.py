@@ -36,12 +36,12 @@ def matmul_tiled(a_t, b):
             for k in nl.affine_range(K // 128):
                 at = nl.ndarray((128, 128), dtype=a_t.dtype, buffer=nl.sbuf)
                 bt = nl.ndarray((128, 512), dtype=b.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=at, src=a_t[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
-                nisa.dma_copy(dst=bt, src=b[k * 128:(k + 1) * 128, n * 512:(n + 1) * 512])
+                nisa.dma_copy(dst=at, src=a_t[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                nisa.dma_copy(dst=bt, src=b[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
                 nisa.nc_matmul(acc, at, bt, accumulate=k > 0)
             ct = nl.ndarray((128, 512), dtype=a_t.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=ct, src=acc)
-            nisa.dma_copy(dst=c[m * 128:(m + 1) * 128, n * 512:(n + 1) * 512], src=ct)
+            nisa.dma_copy(dst=c[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512], src=ct)
     return c
 
 
@@ -71,8 +71,15 @@ def main() -> None:
     ref = a_t.astype(np.float64).T @ b.astype(np.float64)
     err = float(np.max(np.abs(c.astype(np.float64) - ref)) / np.max(np.abs(ref)))
 
-    result = {"trace_s": min(trace_times), "exec_s": min(exec_times), "trace_instructions": n_instr,
-              "trace_nc_matmul": n_matmul, "exec_rel_err": err, "trace_runs": trace_times, "exec_runs": exec_times}
+    result = {
+        "trace_s": min(trace_times),
+        "exec_s": min(exec_times),
+        "trace_instructions": n_instr,
+        "trace_nc_matmul": n_matmul,
+        "exec_rel_err": err,
+        "trace_runs": trace_times,
+        "exec_runs": exec_times,
+    }
     out = Path(__file__).parent / "results" / "bench_nki.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

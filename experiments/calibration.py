@@ -36,8 +36,13 @@ def _cases():
     ln = [((4096, 8192), "float32"), ((1, 8192), "float32"), ((1, 8192), "float32")]
 
     def mamba_specs(channels):
-        return [((1, channels, 512), "float32"), ((1, channels, 512), "float32"), ((channels, 16), "float32"),
-                ((1, 16, 512), "float32"), ((1, 16, 512), "float32")]
+        return [
+            ((1, channels, 512), "float32"),
+            ((1, channels, 512), "float32"),
+            ((channels, 16), "float32"),
+            ((1, 16, 512), "float32"),
+            ((1, 16, 512), "float32"),
+        ]
 
     # name, published ns, hardware, kernel, input specs, how to read the simulated figure
     return [
@@ -51,7 +56,14 @@ def _cases():
         ("mamba v1, 4096 channels", 2.34e6, "trn1", mamba.mamba_v1, mamba_specs(4096), "latency"),
         ("mamba v2 (loop-reordered), 4096 channels", 1.61e6, "trn1", mamba.mamba_v2, mamba_specs(4096), "latency"),
         ("one DMA engine, 32 KiB HBM->SBUF", 1416.0, "trn2", micro.dma_32k, [((8, 2048), "bfloat16")], "first_dma"),
-        ("dependent 1-element ScalarE activation", 189.0, "trn1", micro.scalar_chain, [((1, 1), "float32")], "per_chain"),
+        (
+            "dependent 1-element ScalarE activation",
+            189.0,
+            "trn1",
+            micro.scalar_chain,
+            [((1, 1), "float32")],
+            "per_chain",
+        ),
     ]
 
 
@@ -102,33 +114,53 @@ def main() -> None:
         ratio = sim / published
         ratios.append(ratio)
         sims[name] = sim
-        note = (f"{len(timing.timeline)} instr, vector {100 * timing.utilization['vector']:.0f}% / tensor "
-                f"{100 * timing.utilization['tensor']:.0f}% / dma {100 * timing.utilization['dma']:.0f}% busy, "
-                f"{secs:.1f} s")
+        note = (
+            f"{len(timing.timeline)} instr, vector {100 * timing.utilization['vector']:.0f}% / tensor "
+            f"{100 * timing.utilization['tensor']:.0f}% / dma {100 * timing.utilization['dma']:.0f}% busy, "
+            f"{secs:.1f} s"
+        )
         rows.append((name, hw_name, published, sim, ratio, note))
         print(f"{name}: published {_fmt(published)} simulated {_fmt(sim)} ratio {ratio:.2f} ({note})", flush=True)
 
     within = sum(1 for r in ratios if BAND[0] <= r <= BAND[1])
-    mm = [sims.get(n) for n in ("matmul v1 (loads in loop) 4096x8192x8192 bf16", "matmul v2 (loads hoisted)",
-                                "matmul v3 (blocked M, N)", "matmul v4 (blocked M, N, K)")]
+    mm = [
+        sims.get(n)
+        for n in (
+            "matmul v1 (loads in loop) 4096x8192x8192 bf16",
+            "matmul v2 (loads hoisted)",
+            "matmul v3 (blocked M, N)",
+            "matmul v4 (blocked M, N, K)",
+        )
+    ]
     ln = [sims.get("layernorm v1 (nl.mean/var) 4096x8192 fp32"), sims.get("layernorm v2 (bn_stats/bn_aggr)")]
     order_ok = int(None not in mm and None not in ln and mm[0] > mm[1] > mm[2] > mm[3] and ln[0] > ln[1])
     median = statistics.median(abs(math.log(r)) for r in ratios) if ratios else float("nan")
 
-    lines = ["# Timing simulator calibration", "",
-             "Published: HARDWARE.md section 6 (AWS NKI tutorials and guides). Simulated: `axon.sim.simulate` on the",
-             "emulator's trace of the kernels in `experiments/kernels/`. Band: 0.7x-1.4x. Regenerate with",
-             "`.venv/bin/python experiments/calibration.py`.", "",
-             "| kernel | hw | published | simulated | ratio | notes |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# Timing simulator calibration",
+        "",
+        "Published: HARDWARE.md section 6 (AWS NKI tutorials and guides). Simulated: `axon.sim.simulate` on the",
+        "emulator's trace of the kernels in `experiments/kernels/`. Band: 0.7x-1.4x. Regenerate with",
+        "`.venv/bin/python experiments/calibration.py`.",
+        "",
+        "| kernel | hw | published | simulated | ratio | notes |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, hw_name, pub, sim, ratio, note in rows:
         sim_s = _fmt(sim) if sim is not None else "-"
-        ratio_s = f"{ratio:.2f}" + ("" if ratio is not None and BAND[0] <= ratio <= BAND[1] else " (out of band)") \
-            if ratio is not None else "-"
+        ratio_s = (
+            f"{ratio:.2f}" + ("" if ratio is not None and BAND[0] <= ratio <= BAND[1] else " (out of band)")
+            if ratio is not None
+            else "-"
+        )
         lines.append(f"| {name} | {hw_name} | {_fmt(pub)} | {sim_s} | {ratio_s} | {note} |")
-    lines += ["", f"Order of the four matmul versions and of layernorm v1 > v2 preserved: {'yes' if order_ok else 'no'}.",
-              "The DMA figure is the transfer's own duration and the ScalarE figure the marginal cost of one more",
-              "dependent instruction (chains of 100 and 200), as a profiler reports them; the others are kernel",
-              "latencies including the launch overhead."]
+    lines += [
+        "",
+        f"Order of the four matmul versions and of layernorm v1 > v2 preserved: {'yes' if order_ok else 'no'}.",
+        "The DMA figure is the transfer's own duration and the ScalarE figure the marginal cost of one more",
+        "dependent instruction (chains of 100 and 200), as a profiler reports them; the others are kernel",
+        "latencies including the launch overhead.",
+    ]
     out = HERE / "results" / "calibration.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not opts.only:

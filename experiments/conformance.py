@@ -23,9 +23,10 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -137,58 +138,144 @@ def ref_rotary(q: Any, k: Any, cos: Any, sin: Any) -> np.ndarray:
 # ---- the cases ---------------------------------------------------------------------------------
 
 
-def _u(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any = np.float32, lo: float = 0.0,
-       hi: float = 1.0) -> np.ndarray:
+def _u(
+    rng: np.random.Generator, shape: tuple[int, ...], dtype: Any = np.float32, lo: float = 0.0, hi: float = 1.0
+) -> np.ndarray:
     return rng.uniform(lo, hi, size=shape).astype(dtype)
 
 
 def tutorial_cases() -> list[Case]:
     T = TUTORIALS
     cases = [
-        Case("tensor_add_tiled", T, "tensor_addition/tensor_addition_nki_kernels.py", "nki_tensor_add",
-             lambda r: ([_u(r, (256, 1024), BF16), _u(r, (256, 1024), BF16)], {}),
-             lambda a, b: _f64(a)[0] + _f64(b)[0], dtype=BF16),
-        Case("spmd_tensor_add", T, "tensor_addition/spmd_tensor_addition_nki_kernels.py", "nki_tensor_add",
-             lambda r: ([_u(r, (256, 1024), BF16), _u(r, (256, 1024), BF16)], {}),
-             lambda a, b: _f64(a)[0] + _f64(b)[0], dtype=BF16),
-        Case("spmd_multiple_nc_tensor_add", T, "tensor_addition/spmd_multiple_nc_tensor_addition_nki_kernels.py",
-             "nki_tensor_add_nc2", lambda r: ([_u(r, (512, 2048), BF16), _u(r, (512, 2048), BF16)], {}),
-             lambda a, b: _f64(a)[0] + _f64(b)[0], dtype=BF16),
-        Case("transpose2d", T, "transpose2d/transpose2d_nki_kernels.py", "tensor_transpose2D_kernel_",
-             lambda r: ([np.arange(5 * 3 * 4, dtype=np.int8).reshape(5, 12), (3, 4)], {}), ref_transpose2d,
-             dtype=np.int8),
-        Case("average_pool2d", T, "average_pool2d/average_pool2d_nki_kernels.py", "tensor_avgpool_kernel",
-             lambda r: ([np.arange(2 * 6 * 6, dtype=np.float32).reshape(2, 6, 6), 2], {}), ref_avgpool),
-        Case("rmsnorm", T, "rmsnorm/rmsnorm_nki_kernels.py", "nki_rmsnorm_kernel",
-             lambda r: ([_u(r, (250, 512)), _u(r, (512,))], {}), ref_rmsnorm),
-        Case("softmax", T, "softmax/softmax_nki_kernels.py", "nki_softmax_kernel",
-             lambda r: ([np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]], np.float32)], {}),
-             lambda a: _softmax(_f64(a)[0], axis=1)),
+        Case(
+            "tensor_add_tiled",
+            T,
+            "tensor_addition/tensor_addition_nki_kernels.py",
+            "nki_tensor_add",
+            lambda r: ([_u(r, (256, 1024), BF16), _u(r, (256, 1024), BF16)], {}),
+            lambda a, b: _f64(a)[0] + _f64(b)[0],
+            dtype=BF16,
+        ),
+        Case(
+            "spmd_tensor_add",
+            T,
+            "tensor_addition/spmd_tensor_addition_nki_kernels.py",
+            "nki_tensor_add",
+            lambda r: ([_u(r, (256, 1024), BF16), _u(r, (256, 1024), BF16)], {}),
+            lambda a, b: _f64(a)[0] + _f64(b)[0],
+            dtype=BF16,
+        ),
+        Case(
+            "spmd_multiple_nc_tensor_add",
+            T,
+            "tensor_addition/spmd_multiple_nc_tensor_addition_nki_kernels.py",
+            "nki_tensor_add_nc2",
+            lambda r: ([_u(r, (512, 2048), BF16), _u(r, (512, 2048), BF16)], {}),
+            lambda a, b: _f64(a)[0] + _f64(b)[0],
+            dtype=BF16,
+        ),
+        Case(
+            "transpose2d",
+            T,
+            "transpose2d/transpose2d_nki_kernels.py",
+            "tensor_transpose2D_kernel_",
+            lambda r: ([np.arange(5 * 3 * 4, dtype=np.int8).reshape(5, 12), (3, 4)], {}),
+            ref_transpose2d,
+            dtype=np.int8,
+        ),
+        Case(
+            "average_pool2d",
+            T,
+            "average_pool2d/average_pool2d_nki_kernels.py",
+            "tensor_avgpool_kernel",
+            lambda r: ([np.arange(2 * 6 * 6, dtype=np.float32).reshape(2, 6, 6), 2], {}),
+            ref_avgpool,
+        ),
+        Case(
+            "rmsnorm",
+            T,
+            "rmsnorm/rmsnorm_nki_kernels.py",
+            "nki_rmsnorm_kernel",
+            lambda r: ([_u(r, (250, 512)), _u(r, (512,))], {}),
+            ref_rmsnorm,
+        ),
+        Case(
+            "softmax",
+            T,
+            "softmax/softmax_nki_kernels.py",
+            "nki_softmax_kernel",
+            lambda r: ([np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]], np.float32)], {}),
+            lambda a: _softmax(_f64(a)[0], axis=1),
+        ),
     ]
     for v in ("v1", "v2"):
-        cases.append(Case(f"layernorm_{v}", T, "layernorm/layernorm_nki_kernel.py", f"nki_layernorm_kernel_{v}",
-                          lambda r: ([_u(r, (4096, 8192)), 1e-5, _u(r, (8192,)), _u(r, (8192,))], {}),
-                          ref_layernorm))
-    cases.append(Case("matmul_basic", T, "matrix_multiplication/matrix_multiplication_nki_kernels.py",
-                      "nki_matmul_basic_", lambda r: ([_u(r, (128, 64), BF16), _u(r, (128, 512), BF16)], {}),
-                      ref_matmul, dtype=BF16))
-    for fn in ("nki_matmul_tiled_", "nki_matmul_hoist_load_", "nki_matmul_block_free_dimension_",
-               "nki_matmul_fully_optimized_"):
-        cases.append(Case(fn.strip("_").replace("nki_", ""), T,
-                          "matrix_multiplication/matrix_multiplication_nki_kernels.py", fn,
-                          lambda r: ([_u(r, (1024, 4096), BF16), _u(r, (1024, 2048), BF16)], {}), ref_matmul,
-                          dtype=BF16))
+        cases.append(
+            Case(
+                f"layernorm_{v}",
+                T,
+                "layernorm/layernorm_nki_kernel.py",
+                f"nki_layernorm_kernel_{v}",
+                lambda r: ([_u(r, (4096, 8192)), 1e-5, _u(r, (8192,)), _u(r, (8192,))], {}),
+                ref_layernorm,
+            )
+        )
+    cases.append(
+        Case(
+            "matmul_basic",
+            T,
+            "matrix_multiplication/matrix_multiplication_nki_kernels.py",
+            "nki_matmul_basic_",
+            lambda r: ([_u(r, (128, 64), BF16), _u(r, (128, 512), BF16)], {}),
+            ref_matmul,
+            dtype=BF16,
+        )
+    )
+    for fn in (
+        "nki_matmul_tiled_",
+        "nki_matmul_hoist_load_",
+        "nki_matmul_block_free_dimension_",
+        "nki_matmul_fully_optimized_",
+    ):
+        cases.append(
+            Case(
+                fn.strip("_").replace("nki_", ""),
+                T,
+                "matrix_multiplication/matrix_multiplication_nki_kernels.py",
+                fn,
+                lambda r: ([_u(r, (1024, 4096), BF16), _u(r, (1024, 2048), BF16)], {}),
+                ref_matmul,
+                dtype=BF16,
+            )
+        )
     for v in ("v1", "v2", "v3"):
+
         def mamba_in(r: np.random.Generator) -> tuple[list[Any], dict[str, Any]]:
             b, c, s, n = 1, 256, 512, 16  # mamba_torch.py
-            return ([_u(r, (b, c, s), lo=0.0, hi=0.1), _u(r, (b, c, s)), _u(r, (c, n), lo=-1.0, hi=0.0),
-                     _u(r, (b, n, s)), _u(r, (b, n, s))], {})
+            return (
+                [
+                    _u(r, (b, c, s), lo=0.0, hi=0.1),
+                    _u(r, (b, c, s)),
+                    _u(r, (c, n), lo=-1.0, hi=0.0),
+                    _u(r, (b, n, s)),
+                    _u(r, (b, n, s)),
+                ],
+                {},
+            )
+
         cases.append(Case(f"mamba_{v}", T, "fused_mamba/mamba_nki_kernels.py", f"mamba_{v}", mamba_in, ref_mamba))
-    cases.append(Case("sd_attention", T, "sd_attention/sd_attention_nki_kernels.py",
-                      "fused_self_attn_for_SD_small_head_size",
-                      lambda r: ([_u(r, (4096, 64)), _u(r, (4096, 64)), _u(r, (4096, 64))], {}), ref_sd_attention,
-                      dtype=BF16))  # mixed_precision=True by default: TensorE inputs in bf16
+    cases.append(
+        Case(
+            "sd_attention",
+            T,
+            "sd_attention/sd_attention_nki_kernels.py",
+            "fused_self_attn_for_SD_small_head_size",
+            lambda r: ([_u(r, (4096, 64)), _u(r, (4096, 64)), _u(r, (4096, 64))], {}),
+            ref_sd_attention,
+            dtype=BF16,
+        )
+    )  # mixed_precision=True by default: TensorE inputs in bf16
     for sl in (64, 128, 256):  # rotary_nki_kernels.py defaults: bs 2, heads 32, head_dim 128
+
         def rot_in(r: np.random.Generator, sl: int = sl) -> tuple[list[Any], dict[str, Any]]:
             bs, nh, hd = 2, 32, 128
             pos = np.arange(sl, dtype=np.float64)
@@ -196,17 +283,39 @@ def tutorial_cases() -> list[Case]:
             emb = np.concatenate([np.outer(pos, inv)] * 2, axis=-1)
             cos = np.broadcast_to(np.cos(emb), (bs, sl, hd)).astype(np.float32)
             sin = np.broadcast_to(np.sin(emb), (bs, sl, hd)).astype(np.float32)
-            return [r.standard_normal((bs, nh, sl, hd)).astype(np.float32),
-                    r.standard_normal((bs, nh, sl, hd)).astype(np.float32), cos, sin], {}
-        cases.append(Case(f"rotary_sl{sl}", T, "rotary/rotary_nki_kernels.py", "nki_apply_rotary_embedding", rot_in,
-                          ref_rotary, grid=(2, 32)))  # run_test launches it on the [bs, nh] grid
+            return [
+                r.standard_normal((bs, nh, sl, hd)).astype(np.float32),
+                r.standard_normal((bs, nh, sl, hd)).astype(np.float32),
+                cos,
+                sin,
+            ], {}
+
+        cases.append(
+            Case(
+                f"rotary_sl{sl}",
+                T,
+                "rotary/rotary_nki_kernels.py",
+                "nki_apply_rotary_embedding",
+                rot_in,
+                ref_rotary,
+                grid=(2, 32),
+            )
+        )  # run_test launches it on the [bs, nh] grid
     for v in ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v8a", "v9", "v10", "v11"):
         seqlen = 128 if v in ("v1", "v2") else 4096  # test_attention.py accuracy mode: fp32, d_head 128
         # v7 on cast q, k, v and the softmax to bf16 inside the kernel: held to bf16 rounding
         bf16_inside = v not in ("v1", "v2", "v3", "v4", "v5", "v6")
-        cases.append(Case(f"attention_{v}", T, "attention_fwd_performance/attention_kernels.py", f"attn_fwd_{v}",
-                          lambda r, s=seqlen: ([_u(r, (128, s), lo=-1, hi=1) for _ in range(3)], {}),
-                          ref_attention_qkv_dh_s, dtype=BF16 if bf16_inside else np.float32))
+        cases.append(
+            Case(
+                f"attention_{v}",
+                T,
+                "attention_fwd_performance/attention_kernels.py",
+                f"attn_fwd_{v}",
+                lambda r, s=seqlen: ([_u(r, (128, s), lo=-1, hi=1) for _ in range(3)], {}),
+                ref_attention_qkv_dh_s,
+                dtype=BF16 if bf16_inside else np.float32,
+            )
+        )
     return cases
 
 
@@ -243,9 +352,21 @@ def _load_module(path: Path, name: str) -> Any:
     return mod
 
 
-_FRAMEWORKS = ("torch", "torch_xla", "torch_xla.core", "torch_xla.core.xla_model", "torch_neuronx", "jax",
-               "jax.numpy", "transformers", "transformers.models", "transformers.models.llama",
-               "transformers.models.llama.modeling_llama", "loguru", "torch.profiler")
+_FRAMEWORKS = (
+    "torch",
+    "torch_xla",
+    "torch_xla.core",
+    "torch_xla.core.xla_model",
+    "torch_neuronx",
+    "jax",
+    "jax.numpy",
+    "transformers",
+    "transformers.models",
+    "transformers.models.llama",
+    "transformers.models.llama.modeling_llama",
+    "loguru",
+    "torch.profiler",
+)
 
 
 class _Anything(types.ModuleType):
@@ -308,9 +429,21 @@ def run_case(case: Case, data: Path, seed: int = 0, simulate: bool = True) -> di
     from axon import sim
     from axon.target.hardware import load_hw
 
-    row: dict[str, Any] = {"kernel": case.name, "corpus": case.corpus, "api": case.api, "file": case.file,
-                           "fn": case.fn, "import_ok": False, "rel_err": None, "emulate_s": None, "trace_s": None,
-                           "sim_us": None, "ok": False, "wrong_silent": False, "error": ""}
+    row: dict[str, Any] = {
+        "kernel": case.name,
+        "corpus": case.corpus,
+        "api": case.api,
+        "file": case.file,
+        "fn": case.fn,
+        "import_ok": False,
+        "rel_err": None,
+        "emulate_s": None,
+        "trace_s": None,
+        "sim_us": None,
+        "ok": False,
+        "wrong_silent": False,
+        "error": "",
+    }
     try:
         fn = _kernel(case, data)
         if case.grid:
@@ -389,18 +522,24 @@ def all_cases(data: Path, corpora: list[str]) -> list[Case]:
 def write_report(rows: list[dict[str, Any]], out: Path) -> str:
     ok = sum(r["ok"] for r in rows)
     silent = sum(r["wrong_silent"] for r in rows)
-    lines = ["# NKI emulator conformance", "",
-             "Generated by `experiments/conformance.py`: each kernel unmodified, at its caller's shape, against a",
-             "float64 reference (fp32: max relative error <= 1e-4 of the largest reference value; bf16: <= 8e-3),",
-             "then traced at the same shape and simulated on trn1.", "",
-             "| kernel | corpus | API | import ok | max rel err | emulate s | trace s | simulated us | result |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# NKI emulator conformance",
+        "",
+        "Generated by `experiments/conformance.py`: each kernel unmodified, at its caller's shape, against a",
+        "float64 reference (fp32: max relative error <= 1e-4 of the largest reference value; bf16: <= 8e-3),",
+        "then traced at the same shape and simulated on trn1.",
+        "",
+        "| kernel | corpus | API | import ok | max rel err | emulate s | trace s | simulated us | result |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         err = "" if r["rel_err"] is None else f"{r['rel_err']:.2e}"
         fmt = lambda v: "" if v is None else f"{v}"  # noqa: E731
-        lines.append(f"| {r['kernel']} | {r['corpus']} | {r['api']} | {'yes' if r['import_ok'] else 'no'} | {err} | "
-                     f"{fmt(r['emulate_s'])} | {fmt(r['trace_s'])} | {fmt(r['sim_us'])} | "
-                     f"{'ok' if r['ok'] else 'FAIL'} |")
+        lines.append(
+            f"| {r['kernel']} | {r['corpus']} | {r['api']} | {'yes' if r['import_ok'] else 'no'} | {err} | "
+            f"{fmt(r['emulate_s'])} | {fmt(r['trace_s'])} | {fmt(r['sim_us'])} | "
+            f"{'ok' if r['ok'] else 'FAIL'} |"
+        )
     fails = [r for r in rows if not r["ok"]]
     if fails:
         lines += ["", "## Failures", ""]

@@ -66,24 +66,37 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="axon-numerics-"))
-    lines = ["| workload | dtype | chosen variant | " + " | ".join(CLASSES) + " | check | rejected for floating point |",
-             "|---" * (len(CLASSES) + 5) + "|"]
+    lines = [
+        "| workload | dtype | chosen variant | " + " | ".join(CLASSES) + " | check | rejected for floating point |",
+        "|---" * (len(CLASSES) + 5) + "|",
+    ]
     rows = passed = rejected_total = rejected_fail = rejected_checked = 0
     worst = {"float32": 0.0, "bfloat16": 0.0}
     for dtype in args.dtypes.split(","):
         for name in args.workloads.split(","):
-            report = tune(WORKLOADS[name], preset="small", trials=args.trials, dtype=dtype, workdir=work / f"{name}-{dtype}",
-                          track=False, seed=0)
+            report = tune(
+                WORKLOADS[name],
+                preset="small",
+                trials=args.trials,
+                dtype=dtype,
+                workdir=work / f"{name}-{dtype}",
+                track=False,
+                seed=0,
+            )
             adv = report.adversarial
             rows += 1
             passed += bool(adv and adv.ok)
             figures = adv.worst() if adv else {}
             worst[dtype] = max([worst.get(dtype, 0.0), *figures.values()])
             rejected_total += len(report.fp_rejected)
-            print(f"== {name} {dtype}: chosen {' + '.join(report.moves) or 'as written'} [id {report.variant_id[:8]}], "
-                  f"{report.best_latency_ns / 1e3:,.1f} us")
+            print(
+                f"== {name} {dtype}: chosen {' + '.join(report.moves) or 'as written'} [id {report.variant_id[:8]}], "
+                f"{report.best_latency_ns / 1e3:,.1f} us"
+            )
             print(f"   ranges: {adv.ranges if adv else '-'}")
-            print(f"   adversarial worst rel err per class: {adv.summary() if adv else '-'} {'OK' if adv and adv.ok else 'FAILED'}")
+            print(
+                f"   adversarial worst rel err per class: {adv.summary() if adv else '-'} {'OK' if adv and adv.ok else 'FAILED'}"
+            )
             for text in report.fp_rejected:
                 print(f"   not offered: {text}")
             if report.fp_rejected:
@@ -97,16 +110,20 @@ def main() -> None:
                 rejected_fail += figures_rejected.startswith("FAILS")
                 print(f"   kernel of '{first.describe().split(':')[0]}' on the same classes: {figures_rejected}")
             moves_rejected = sorted({t.split(":")[0] for t in report.fp_rejected})
-            lines.append(f"| {name} | {dtype} | {' + '.join(report.moves) or 'as written'} | "
-                         + " | ".join(fmt(figures.get(c, float('nan'))) for c in CLASSES)
-                         + f" | {'pass' if adv and adv.ok else 'FAIL'} | {'; '.join(moves_rejected) or '-'} |")
+            lines.append(
+                f"| {name} | {dtype} | {' + '.join(report.moves) or 'as written'} | "
+                + " | ".join(fmt(figures.get(c, float("nan"))) for c in CLASSES)
+                + f" | {'pass' if adv and adv.ok else 'FAIL'} | {'; '.join(moves_rejected) or '-'} |"
+            )
     table = "\n".join(lines)
     print(table)
     if args.out:
         Path(args.out).write_text(table + "\n")
-    print(f"rows={rows} chosen_pass={passed}/{rows} rejected={rejected_total} "
-          f"rejected_kernels_fail={rejected_fail}/{rejected_checked} "
-          f"worst_f32={worst.get('float32', 0.0):.2e} worst_bf16={worst.get('bfloat16', 0.0):.2e}")
+    print(
+        f"rows={rows} chosen_pass={passed}/{rows} rejected={rejected_total} "
+        f"rejected_kernels_fail={rejected_fail}/{rejected_checked} "
+        f"worst_f32={worst.get('float32', 0.0):.2e} worst_bf16={worst.get('bfloat16', 0.0):.2e}"
+    )
 
 
 if __name__ == "__main__":

@@ -101,20 +101,44 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
     start = time.perf_counter()
     code = tuning_code_hash()
     tuning = work / "tuning" / f"{code}-{hw_name}"
-    report = tune(w.name, hw=hw_name, trials=trials, seed=seed, workdir=tuning, track=False, study=f"table:{w.name}:{hw_name}:{seed}:{code}")
+    report = tune(
+        w.name,
+        hw=hw_name,
+        trials=trials,
+        seed=seed,
+        workdir=tuning,
+        track=False,
+        study=f"table:{w.name}:{hw_name}:{seed}:{code}",
+    )
     tuning_s = time.perf_counter() - start
     hw = load_hw(hw_name)
     graph = w.graph("default")
     unfused = UnfusedProblem(w.name + "#unfused_tuned", graph, hw, [Original(graph)], "float32")
     db = RecordDB(tuning / "records.db")
-    result = Tuner(unfused, SimBackend(), db, TuneConfig(trials=trials, sampler="costmodel", seed=seed,
-                                                         study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{code}"), storage=None).run()
+    result = Tuner(
+        unfused,
+        SimBackend(),
+        db,
+        TuneConfig(
+            trials=trials, sampler="costmodel", seed=seed, study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{code}"
+        ),
+        storage=None,
+    ).run()
     row = {
-        "workload": w.name, "kind": w.kind, "hw": hw_name, "axon_ns": report.best_latency_ns,
-        "unfused_default_ns": report.unfused_ns, "unfused_tuned_ns": result.best.latency_ns if result.best else None,
-        "expert_ns": report.expert_ns, "roofline_ns": report.roofline_ns, "moves": list(report.moves),
-        "point": report.best_description, "tuning_s": tuning_s, "trials": trials,
-        "numerics_ok": report.numerics.ok if report.numerics else None, "expert_hash": _expert_hash(w.name),
+        "workload": w.name,
+        "kind": w.kind,
+        "hw": hw_name,
+        "axon_ns": report.best_latency_ns,
+        "unfused_default_ns": report.unfused_ns,
+        "unfused_tuned_ns": result.best.latency_ns if result.best else None,
+        "expert_ns": report.expert_ns,
+        "roofline_ns": report.roofline_ns,
+        "moves": list(report.moves),
+        "point": report.best_description,
+        "tuning_s": tuning_s,
+        "trials": trials,
+        "numerics_ok": report.numerics.ok if report.numerics else None,
+        "expert_hash": _expert_hash(w.name),
         "lowering": code,
     }
     _store(cache, row)
@@ -171,9 +195,15 @@ def main() -> None:
             try:
                 rows.append(row_for(w, hw_name, args.trials, args.seed, work, args.cached_only))
             except Exception as exc:  # one failing workload must not hide the rest of the table
-                rows.append({"workload": w.name, "kind": w.kind, "hw": hw_name, "error": f"{type(exc).__name__}: {exc}"})
+                rows.append(
+                    {"workload": w.name, "kind": w.kind, "hw": hw_name, "error": f"{type(exc).__name__}: {exc}"}
+                )
             r = rows[-1]
-            print(f"{hw_name} {w.name}: " + (f"axon {r['axon_ns'] / 1e3:,.1f} us" if r.get("axon_ns") else r.get("error", "")[:200]), flush=True)
+            print(
+                f"{hw_name} {w.name}: "
+                + (f"axon {r['axon_ns'] / 1e3:,.1f} us" if r.get("axon_ns") else r.get("error", "")[:200]),
+                flush=True,
+            )
     write_table(rows, args)
     fresh = sum(1 for r in rows if r.get("axon_ns") and not r.get("stale"))
     print(f"rows tuned with the current lowering and search: {fresh}/{len(rows)}")
@@ -185,10 +215,12 @@ def main() -> None:
     roof = sum(1 for r in trn1 if r["roofline_ns"] / r["axon_ns"] >= 0.7)
     max_speedup = max([x for x in single + multi if x] or [float("nan")])
     expert_min = min(vs_expert.values()) if vs_expert else float("nan")
-    print(f"geomean_single_vs_default={geomean(single):.2f} geomean_multi_vs_default={geomean(multi):.2f} "
-          f"geomean_multi_vs_unfused_tuned={geomean(multi_tuned):.2f} max_speedup={max_speedup:.2f} "
-          f"expert_min={expert_min:.2f} rmsnorm_matmul_vs_expert={vs_expert.get('rmsnorm_matmul', float('nan')):.2f} "
-          f"roofline70={roof}/{len(chosen)}")
+    print(
+        f"geomean_single_vs_default={geomean(single):.2f} geomean_multi_vs_default={geomean(multi):.2f} "
+        f"geomean_multi_vs_unfused_tuned={geomean(multi_tuned):.2f} max_speedup={max_speedup:.2f} "
+        f"expert_min={expert_min:.2f} rmsnorm_matmul_vs_expert={vs_expert.get('rmsnorm_matmul', float('nan')):.2f} "
+        f"roofline70={roof}/{len(chosen)}"
+    )
 
 
 def write_table(rows, args) -> None:
@@ -199,13 +231,20 @@ def write_table(rows, args) -> None:
         v = ratio(a, b)
         return "" if v is None else f"{v:.2f}x"
 
-    lines = ["# Results: Axon against op-by-op lowering, expert kernels and the roofline", "",
-             f"Sim backend, default shapes, float32, {args.trials} trials per tuning (seed {args.seed}), "
-             "`python experiments/results_table.py`.", ""]
+    lines = [
+        "# Results: Axon against op-by-op lowering, expert kernels and the roofline",
+        "",
+        f"Sim backend, default shapes, float32, {args.trials} trials per tuning (seed {args.seed}), "
+        "`python experiments/results_table.py`.",
+        "",
+    ]
     for hw_name in args.hw.split(","):
-        lines += [f"## {hw_name}", "",
-                  "| workload | kind | axon (us) | unfused-default (us) | unfused-tuned (us) | expert (us) | roofline (us) | vs default | vs unfused-tuned | vs expert | of roofline | moves | tuning s | trials |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {hw_name}",
+            "",
+            "| workload | kind | axon (us) | unfused-default (us) | unfused-tuned (us) | expert (us) | roofline (us) | vs default | vs unfused-tuned | vs expert | of roofline | moves | tuning s | trials |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in rows:
             if r["hw"] != hw_name:
                 continue
@@ -215,15 +254,35 @@ def write_table(rows, args) -> None:
             if "error" in r:
                 lines.append(f"| {r['workload']} | {r['kind']} | failed: {r['error'][:120]} |" + " |" * 11)
                 continue
-            lines.append("| " + " | ".join([
-                r["workload"] + (" †" if r.get("stale") else ""), r["kind"], us(r["axon_ns"]), us(r["unfused_default_ns"]), us(r["unfused_tuned_ns"]), us(r["expert_ns"]),
-                us(r["roofline_ns"]), x(r["unfused_default_ns"], r["axon_ns"]), x(r["unfused_tuned_ns"], r["axon_ns"]),
-                x(r["expert_ns"], r["axon_ns"]), f"{r['roofline_ns'] / r['axon_ns']:.0%}", " + ".join(r["moves"]) or "-",
-                f"{r['tuning_s']:.0f}", str(r.get("trials", ""))]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        r["workload"] + (" †" if r.get("stale") else ""),
+                        r["kind"],
+                        us(r["axon_ns"]),
+                        us(r["unfused_default_ns"]),
+                        us(r["unfused_tuned_ns"]),
+                        us(r["expert_ns"]),
+                        us(r["roofline_ns"]),
+                        x(r["unfused_default_ns"], r["axon_ns"]),
+                        x(r["unfused_tuned_ns"], r["axon_ns"]),
+                        x(r["expert_ns"], r["axon_ns"]),
+                        f"{r['roofline_ns'] / r['axon_ns']:.0%}",
+                        " + ".join(r["moves"]) or "-",
+                        f"{r['tuning_s']:.0f}",
+                        str(r.get("trials", "")),
+                    ]
+                )
+                + " |"
+            )
         lines.append("")
     if any(r.get("stale") for r in rows):
-        lines += ["† tuned with an earlier version of the lowering or of the search (its kernels or the points its trials visit differ from the current code's); "
-                  "`python experiments/results_table.py` re-tunes these rows.", ""]
+        lines += [
+            "† tuned with an earlier version of the lowering or of the search (its kernels or the points its trials visit differ from the current code's); "
+            "`python experiments/results_table.py` re-tunes these rows.",
+            "",
+        ]
     (RESULTS / "results_table.md").write_text("\n".join(lines))
     try:
         import matplotlib
@@ -235,9 +294,19 @@ def write_table(rows, args) -> None:
         fig, ax = plt.subplots(figsize=(12, 4))
         names = [r["workload"] for r in trn1]
         xs = range(len(names))
-        for k, (key, label) in enumerate((("unfused_default_ns", "vs unfused-default"), ("unfused_tuned_ns", "vs unfused-tuned"),
-                                          ("expert_ns", "vs expert"))):
-            ax.bar([i + 0.27 * (k - 1) for i in xs], [ratio(r.get(key), r["axon_ns"]) or 0 for r in trn1], width=0.27, label=label)
+        for k, (key, label) in enumerate(
+            (
+                ("unfused_default_ns", "vs unfused-default"),
+                ("unfused_tuned_ns", "vs unfused-tuned"),
+                ("expert_ns", "vs expert"),
+            )
+        ):
+            ax.bar(
+                [i + 0.27 * (k - 1) for i in xs],
+                [ratio(r.get(key), r["axon_ns"]) or 0 for r in trn1],
+                width=0.27,
+                label=label,
+            )
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.set_xticks(list(xs))
         ax.set_xticklabels(names, rotation=60, ha="right")

@@ -85,8 +85,15 @@ def run_one(problem, backend, sampler: str, seed: int, trials: int, model: CostM
     with tempfile.TemporaryDirectory() as tmp:
         db = RecordDB(Path(tmp) / "records.db")
         asks = trials if sampler == "costmodel" else 4 * trials
-        tuner = Tuner(problem, backend, db, TuneConfig(trials=asks, sampler=sampler, seed=seed), storage=None,
-                      model=model or CostModel(seed=seed), on_trial=_stop_after(trials))
+        tuner = Tuner(
+            problem,
+            backend,
+            db,
+            TuneConfig(trials=asks, sampler=sampler, seed=seed),
+            storage=None,
+            model=model or CostModel(seed=seed),
+            on_trial=_stop_after(trials),
+        )
         try:
             result = tuner.run()
             logs = result.trials
@@ -136,7 +143,12 @@ def _transfer(hw, backend, trials: int, train_sampler: str = "random") -> list[f
     with tempfile.TemporaryDirectory() as tmp:
         db = RecordDB(Path(tmp) / "train.db")
         for i, dims in enumerate(train_shapes):
-            Tuner(problem_for("rmsnorm_matmul", hw, dims), backend, db, TuneConfig(trials=trials, sampler=train_sampler, seed=100 + i)).run()
+            Tuner(
+                problem_for("rmsnorm_matmul", hw, dims),
+                backend,
+                db,
+                TuneConfig(trials=trials, sampler=train_sampler, seed=100 + i),
+            ).run()
         model = CostModel(seed=0)
         model.fit(db.records(), holdout=0.0)
         model.freeze()  # the held-out run adds trees on top of what the other shapes taught
@@ -175,10 +187,18 @@ def main() -> None:
         curves[name] = {s: [] for s in SAMPLERS}
         for seed in range(args.seeds):
             for sampler in SAMPLERS:
-                curves[name][sampler].append(_kept(work / f"{name}_{sampler}_{seed}_{args.trials}.json",
-                                                   lambda: run_one(problem, backend, sampler, seed, args.trials)))
-            print(f"{name} seed {seed}: " + " ".join(f"{s}={curves[name][s][-1][-1] / 1e3:.1f}us" for s in SAMPLERS)
-                  + f"  ({time.time() - t0:.0f} s, cache {backend.hits} hits / {backend.misses} misses)", flush=True)
+                curves[name][sampler].append(
+                    _kept(
+                        work / f"{name}_{sampler}_{seed}_{args.trials}.json",
+                        lambda: run_one(problem, backend, sampler, seed, args.trials),
+                    )
+                )
+            print(
+                f"{name} seed {seed}: "
+                + " ".join(f"{s}={curves[name][s][-1][-1] / 1e3:.1f}us" for s in SAMPLERS)
+                + f"  ({time.time() - t0:.0f} s, cache {backend.hits} hits / {backend.misses} misses)",
+                flush=True,
+            )
     if args.runs_only:
         return
 
@@ -194,8 +214,10 @@ def main() -> None:
         final = {s: statistics.median(c[-1] for c in curves[name][s] if c) for s in SAMPLERS}
         rows.append((name, best, {s: statistics.median(need[s]) for s in SAMPLERS}, final))
 
-    transfer_curves = {kind: _kept(work / f"transfer_{kind}_{args.trials}.json", lambda: _transfer(hw, backend, args.trials, kind))
-                       for kind in TRANSFER_TRAINING}
+    transfer_curves = {
+        kind: _kept(work / f"transfer_{kind}_{args.trials}.json", lambda: _transfer(hw, backend, args.trials, kind))
+        for kind in TRANSFER_TRAINING
+    }
     best_rmm = min(min(c) for s in SAMPLERS for c in curves.get("rmsnorm_matmul", {}).get(s, [[float("inf")]]))
     best_rmm = min([best_rmm] + [min(c) for c in transfer_curves.values()])
     transfers = {kind: to_within(c, best_rmm * 1.05, 16) for kind, c in transfer_curves.items()}
@@ -203,30 +225,47 @@ def main() -> None:
 
     _write(rows, curves, names, args, ratios, beats, transfers)
     median_ratio = statistics.median(ratios)
-    print(f"median_ratio_tpe_over_costmodel={median_ratio:.2f} costmodel_beats_random={beats}/{len(names)} transfer_measurements={transfer}")
+    print(
+        f"median_ratio_tpe_over_costmodel={median_ratio:.2f} costmodel_beats_random={beats}/{len(names)} transfer_measurements={transfer}"
+    )
 
 
 def _write(rows, curves, names, args, ratios, beats, transfers) -> None:
     RESULTS.mkdir(exist_ok=True)
-    lines = ["# Sample efficiency (trn1, sim backend, default shapes)", "",
-             f"Budget {args.trials} trials per run, {args.seeds} seeds. Measurements to reach within 5% of the best latency any "
-             "method found (median over seeds; a run that never gets there counts as twice the budget).", "",
-             "The last three columns are the median best latency at the end of the budget. TPE and random get up to four asks "
-             "per measurement (they propose points that do not lower); a run that used them up with fewer measurements "
-             "keeps its last best, in the plot too.", "",
-             "| workload | best (us) | costmodel | tpe | random | final costmodel (us) | final tpe (us) | final random (us) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Sample efficiency (trn1, sim backend, default shapes)",
+        "",
+        f"Budget {args.trials} trials per run, {args.seeds} seeds. Measurements to reach within 5% of the best latency any "
+        "method found (median over seeds; a run that never gets there counts as twice the budget).",
+        "",
+        "The last three columns are the median best latency at the end of the budget. TPE and random get up to four asks "
+        "per measurement (they propose points that do not lower); a run that used them up with fewer measurements "
+        "keeps its last best, in the plot too.",
+        "",
+        "| workload | best (us) | costmodel | tpe | random | final costmodel (us) | final tpe (us) | final random (us) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, best, med, final in rows:
-        lines.append(f"| {name} | {best / 1e3:,.1f} | {med['costmodel']} | {med['tpe']} | {med['random']} | "
-                     + " | ".join(f"{final[s] / 1e3:,.1f}" for s in SAMPLERS) + " |")
-    ahead = {other: sum(1 for _, _, _, final in rows if final["costmodel"] < final[other]) for other in ("random", "tpe")}
-    lines += ["", f"Median ratio TPE / cost model: {statistics.median(ratios):.2f}; cost model beats random on {beats}/{len(names)} "
-              "(median measurements to within 5%; a tie at 'not reached' does not count).",
-              f"By median best latency at the end of the budget the cost model is ahead of random on {ahead['random']}/{len(names)} "
-              f"and of TPE on {ahead['tpe']}/{len(names)}.",
-              "Transfer (rmsnorm_matmul at its default shape, a model trained on three other shapes, 16 measurements; "
-              "32 = not reached): " + "; ".join(f"trained on {TRANSFER_TRAINING[k]}: {v} measurements to within 5%"
-                                               for k, v in transfers.items()) + ".", ""]
+        lines.append(
+            f"| {name} | {best / 1e3:,.1f} | {med['costmodel']} | {med['tpe']} | {med['random']} | "
+            + " | ".join(f"{final[s] / 1e3:,.1f}" for s in SAMPLERS)
+            + " |"
+        )
+    ahead = {
+        other: sum(1 for _, _, _, final in rows if final["costmodel"] < final[other]) for other in ("random", "tpe")
+    }
+    lines += [
+        "",
+        f"Median ratio TPE / cost model: {statistics.median(ratios):.2f}; cost model beats random on {beats}/{len(names)} "
+        "(median measurements to within 5%; a tie at 'not reached' does not count).",
+        f"By median best latency at the end of the budget the cost model is ahead of random on {ahead['random']}/{len(names)} "
+        f"and of TPE on {ahead['tpe']}/{len(names)}.",
+        "Transfer (rmsnorm_matmul at its default shape, a model trained on three other shapes, 16 measurements; "
+        "32 = not reached): "
+        + "; ".join(f"trained on {TRANSFER_TRAINING[k]}: {v} measurements to within 5%" for k, v in transfers.items())
+        + ".",
+        "",
+    ]
     (RESULTS / "sample_efficiency.md").write_text("\n".join(lines))
     try:
         import matplotlib
@@ -239,7 +278,9 @@ def _write(rows, curves, names, args, ratios, beats, transfers) -> None:
             for s in SAMPLERS:
                 runs = [c for c in curves[name][s] if c]
                 n = max(len(c) for c in runs)  # a TPE or random run that spent its asks on points that do not lower
-                med = [statistics.median(c[min(i, len(c) - 1)] for c in runs) / 1e3 for i in range(n)]  # keeps its last best
+                med = [
+                    statistics.median(c[min(i, len(c) - 1)] for c in runs) / 1e3 for i in range(n)
+                ]  # keeps its last best
                 ax.plot(range(1, n + 1), med, label=s)
             ax.set_title(name)
             ax.set_xlabel("measurements")

@@ -27,12 +27,22 @@ from axon.workloads import get  # noqa: E402
 
 MODELS = MODELS_DIR  # package data; the repository's models/ links there
 TASKS = [
-    ("rmsnorm_matmul", "small", {}), ("rmsnorm_matmul", "default", {"M": 1024}), ("rmsnorm_matmul", "default", {"M": 2048, "N": 1024}),
-    ("layernorm_matmul", "small", {}), ("layernorm_matmul", "default", {"M": 512, "K": 1024, "N": 1024}),
-    ("softmax", "small", {}), ("softmax", "default", {"M": 1024}), ("rmsnorm", "default", {"M": 1024}),
-    ("matmul", "small", {}), ("matmul", "default", {"M": 1024, "K": 1024, "N": 2048}),
-    ("swiglu", "small", {}), ("attention", "small", {}), ("attention", "default", {"H": 2, "S": 1024}),
-    ("lora", "small", {}), ("layernorm", "default", {"M": 1024}), ("add_rmsnorm_matmul", "small", {}),
+    ("rmsnorm_matmul", "small", {}),
+    ("rmsnorm_matmul", "default", {"M": 1024}),
+    ("rmsnorm_matmul", "default", {"M": 2048, "N": 1024}),
+    ("layernorm_matmul", "small", {}),
+    ("layernorm_matmul", "default", {"M": 512, "K": 1024, "N": 1024}),
+    ("softmax", "small", {}),
+    ("softmax", "default", {"M": 1024}),
+    ("rmsnorm", "default", {"M": 1024}),
+    ("matmul", "small", {}),
+    ("matmul", "default", {"M": 1024, "K": 1024, "N": 2048}),
+    ("swiglu", "small", {}),
+    ("attention", "small", {}),
+    ("attention", "default", {"H": 2, "S": 1024}),
+    ("lora", "small", {}),
+    ("layernorm", "default", {"M": 1024}),
+    ("add_rmsnorm_matmul", "small", {}),
 ]
 
 
@@ -59,20 +69,30 @@ def main() -> None:
     ok = [r for r in records if r.status == "ok"]
     tasks = sorted({r.task.split("@")[0] for r in ok})
     card = [
-        "# axon-costmodel-trn1", "",
+        "# axon-costmodel-trn1",
+        "",
         "XGBoost model of normalized throughput (best latency in a task / latency) of Axon kernels on the",
-        "trn1 timing simulator, from features of the lowered TileProgram (`axon/search/features.py`).", "",
+        "trn1 timing simulator, from features of the lowered TileProgram (`axon/search/features.py`).",
+        "",
         f"- training records: {len(ok)} measured kernels ({len(records) - len(ok)} failed or infeasible left out), {len(tasks)} tasks",
         f"- sampler for the training data: random, {args.trials} trials per task; backend: sim; hardware: configs/hw/trn1.yaml",
         f"- held-out (20% by kernel hash): pairwise ranking accuracy {acc.pairwise:.3f}, peak@1 {acc.peak1:.3f}, peak@5 {acc.peak5:.3f}"
-        if acc else "- held-out accuracy: not enough records",
-        f"- XGBoost {model.params['max_depth']} deep, {model.rounds} rounds, eta {model.params['eta']}, seed 0", "",
-        "Tasks:", "", *[f"- `{t}`" for t in tasks], "",
+        if acc
+        else "- held-out accuracy: not enough records",
+        f"- XGBoost {model.params['max_depth']} deep, {model.rounds} rounds, eta {model.params['eta']}, seed 0",
+        "",
+        "Tasks:",
+        "",
+        *[f"- `{t}`" for t in tasks],
+        "",
         "Use: `axon tune WORKLOAD --cost-model models/axon-costmodel-trn1.json` (warm start: training continues on the new",
-        "task's measurements). Regenerate: `python experiments/train_shipped_model.py`.", "",
+        "task's measurements). Regenerate: `python experiments/train_shipped_model.py`.",
+        "",
     ]
     (MODELS / "README.md").write_text("\n".join(card))
-    print(f"records={len(ok)} tasks={len(tasks)} heldout_pairwise={acc.pairwise:.3f} heldout_peak1={acc.peak1:.3f} heldout_peak5={acc.peak5:.3f}")
+    print(
+        f"records={len(ok)} tasks={len(tasks)} heldout_pairwise={acc.pairwise:.3f} heldout_peak1={acc.peak1:.3f} heldout_peak5={acc.peak5:.3f}"
+    )
 
 
 if __name__ == "__main__":

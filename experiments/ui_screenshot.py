@@ -40,10 +40,22 @@ def find_chromium() -> str | None:
 def chromium(binary: str, url: str, *extra: str, width: int = 1920, height: int = 1080) -> str:
     """Run headless Chromium on `url` with a fresh profile; the JS app gets 15 s of virtual time."""
     with tempfile.TemporaryDirectory() as profile:
-        cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               f"--user-data-dir={profile}", f"--window-size={width},{height}", "--virtual-time-budget=15000",
-               *extra, url]
+        cmd = [
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            "--virtual-time-budget=15000",
+            *extra,
+            url,
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         raise RuntimeError(f"chromium exited with {done.returncode}: {done.stderr[-500:]}")
@@ -56,8 +68,26 @@ def chromium(binary: str, url: str, *extra: str, width: int = 1920, height: int 
 def tune(workdir: Path, workloads: list[str], trials: int) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for workload in workloads:
-        subprocess.run([sys.executable, "-m", "axon.cli", "tune", workload, "--preset", "small", "--trials", str(trials),
-                        "--workdir", str(workdir), "--quiet"], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "axon.cli",
+                "tune",
+                workload,
+                "--preset",
+                "small",
+                "--trials",
+                str(trials),
+                "--workdir",
+                str(workdir),
+                "--quiet",
+            ],
+            cwd=REPO,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 def start_axon_ui(workdir: Path) -> tuple[subprocess.Popen, str]:
@@ -65,13 +95,20 @@ def start_axon_ui(workdir: Path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:  # a port nobody else's UI is on (another user's server on 5000 would answer too)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "axon.cli", "ui", "--workdir", str(workdir), "--port", str(port), "--no-open"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "axon.cli", "ui", "--workdir", str(workdir), "--port", str(port), "--no-open"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     url = next((token for token in line.split() if token.startswith("http://")), None)
     if url is None:
         proc.kill()
-        raise RuntimeError(f"axon ui printed no URL: {line!r} {proc.stderr.read()[-500:] if proc.poll() is not None else ''}")
+        raise RuntimeError(
+            f"axon ui printed no URL: {line!r} {proc.stderr.read()[-500:] if proc.poll() is not None else ''}"
+        )
     return proc, url
 
 
@@ -93,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
 
     binary = find_chromium()
     if binary is None:
-        print(f"no Chromium found (looked for {', '.join(BROWSERS)}); on Debian: apt-get install chromium", file=sys.stderr)
+        print(
+            f"no Chromium found (looked for {', '.join(BROWSERS)}); on Debian: apt-get install chromium",
+            file=sys.stderr,
+        )
         return 2
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="axon-ui-"))
     if not (workdir / "mlflow.db").exists():

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_axon
 
-BAD_SPECS = '''import numpy as np
+BAD_SPECS = """import numpy as np
 import axon.spec as ax
 
 @ax.spec(x="M K")
@@ -35,7 +35,7 @@ def unshaped(x, y):
 @ax.spec(x="M K")
 def numpy_scalars(x):
     return np.float32(2.0) * x + np.float64(1.0) / (x * x + 1)
-'''
+"""
 
 # a refusal's budget here: 2 s measured alone; the tests allow for a loaded 2-core machine
 REFUSAL_S = 6.0
@@ -62,13 +62,16 @@ def specs(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("fn, fragments", [
-    ("uses_erf", ("op ax.erf is not supported", "bad_specs.py:6", "axon/spec.py", "exp")),
-    ("uses_cumsum", ("op ax.cumsum is not supported", "bad_specs.py:10")),
-    ("uses_np_exp", ("np.exp applied to a traced tensor", "bad_specs.py:14", "use ax.exp")),
-    ("uses_np_mean", ("np.mean applied to a traced tensor", "bad_specs.py:18", "use ax.mean")),
-    ("unshaped", ("argument 'y' has no shape", "@ax.spec(y=")),
-])
+@pytest.mark.parametrize(
+    "fn, fragments",
+    [
+        ("uses_erf", ("op ax.erf is not supported", "bad_specs.py:6", "axon/spec.py", "exp")),
+        ("uses_cumsum", ("op ax.cumsum is not supported", "bad_specs.py:10")),
+        ("uses_np_exp", ("np.exp applied to a traced tensor", "bad_specs.py:14", "use ax.exp")),
+        ("uses_np_mean", ("np.mean applied to a traced tensor", "bad_specs.py:18", "use ax.mean")),
+        ("unshaped", ("argument 'y' has no shape", "@ax.spec(y=")),
+    ],
+)
 def test_spec_mistakes(specs, fn, fragments):
     for command in ("show", "check"):
         refused(command, f"{specs}:{fn}", "--shape", "M=4,K=8", fragments=fragments)
@@ -80,15 +83,32 @@ def test_numpy_scalars_still_trace(specs):
 
 
 def test_tune_refuses_a_spec_mistake_before_tuning(specs, tmp_path):
-    refused("tune", f"{specs}:uses_np_exp", "--shape", "M=256,K=512", "--workdir", str(tmp_path / "w"), "--no-track",
-            fragments=("np.exp applied to a traced tensor",))
+    refused(
+        "tune",
+        f"{specs}:uses_np_exp",
+        "--shape",
+        "M=256,K=512",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--no-track",
+        fragments=("np.exp applied to a traced tensor",),
+    )
 
 
 def test_workdir_that_is_a_file(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a directory")
-    refused("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(afile),
-            fragments=("workdir", "is a file"))
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--workdir",
+        str(afile),
+        fragments=("workdir", "is a file"),
+    )
     assert afile.read_text() == "not a directory"
 
 
@@ -97,8 +117,18 @@ def test_overwritten_optuna_journal_names_the_file_and_the_way_out(tmp_path):
     work.mkdir()
     content = b"\x00\x01garbage\n"
     (work / "optuna.log").write_bytes(content)
-    line = refused("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(work), "--no-track",
-                   fragments=("optuna.log is corrupt (line 1", "mv ", "records.db keeps every measurement"))
+    line = refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--workdir",
+        str(work),
+        "--no-track",
+        fragments=("optuna.log is corrupt (line 1", "mv ", "records.db keeps every measurement"),
+    )
     assert str(work / "optuna.log") in line
     assert (work / "optuna.log").read_bytes() == content  # nothing lost or rewritten
 
@@ -114,45 +144,85 @@ def test_journal_cut_off_mid_write_is_refused_and_recovers_by_dropping_that_line
     journal.write_bytes(whole[:-25])  # a write cut off (kill -9, a full disk)
     refused(*args, "--trials", "3", fragments=("optuna.log is corrupt (its last line", "sed -i '$d'"))
     assert journal.read_bytes() == whole[:-25]
-    journal.write_bytes(whole[:whole.rstrip(b"\n").rfind(b"\n") + 1])  # what the suggested sed does
+    journal.write_bytes(whole[: whole.rstrip(b"\n").rfind(b"\n") + 1])  # what the suggested sed does
     again = run_axon(*args, "--trials", "3", timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "/ 0 failed trials" in again.stdout, again.stdout
 
 
-@pytest.mark.parametrize("line", [
-    {"op_code": 99, "worker_id": "w"},  # an operation Optuna does not know: "AssertionError: Should not reach."
-    123,                                # JSON, but not a record
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        {"op_code": 99, "worker_id": "w"},  # an operation Optuna does not know: "AssertionError: Should not reach."
+        123,  # JSON, but not a record
+    ],
+)
 def test_journal_lines_that_parse_but_cannot_replay(tmp_path, line):
     work = tmp_path / "w"
     work.mkdir()
     good = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
     (work / "optuna.log").write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
-    refused("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(work), "--no-track",
-            fragments=("optuna.log is corrupt (line 2", "mv "))
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--workdir",
+        str(work),
+        "--no-track",
+        fragments=("optuna.log is corrupt (line 2", "mv "),
+    )
 
 
 @pytest.mark.parametrize("trials", ["0", "-1"])
 def test_sweep_trials_must_be_positive(trials, tmp_path):
-    refused("sweep", "configs/sweeps/nightly.yaml", "--trials", trials, "--workdir", str(tmp_path / "w"),
-            fragments=("--trials",))
+    refused(
+        "sweep",
+        "configs/sweeps/nightly.yaml",
+        "--trials",
+        trials,
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("--trials",),
+    )
 
 
 @pytest.mark.parametrize("seconds", ["0", "-5"])
 def test_tune_seconds_must_be_positive(seconds, tmp_path):
-    refused("tune", "softmax", "--preset", "small", "--seconds", seconds, "--workdir", str(tmp_path / "w"),
-            fragments=("--seconds",))
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--seconds",
+        seconds,
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("--seconds",),
+    )
 
 
 def test_out_in_a_missing_directory(tmp_path):
     target = tmp_path / "nonexistent" / "dir" / "k.py"
-    refused("tune", "softmax", "--preset", "small", "--trials", "2", "--out", str(target), "--workdir", str(tmp_path / "w"),
-            fragments=("--out", "does not exist"))
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--out",
+        str(target),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("--out", "does not exist"),
+    )
     assert not (tmp_path / "nonexistent").exists()
 
 
-KERNEL = '''import nki
+KERNEL = """import nki
 import nki.isa as nisa
 import nki.language as nl
 
@@ -165,31 +235,44 @@ def double(a):
     nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
     nisa.dma_copy(dst=out, src=t)
     return out
-'''
+"""
 
 
 @pytest.mark.slow
 def test_profile_refuses_an_input_run_refuses(tmp_path):
     kernel = tmp_path / "double.py"
     kernel.write_text(KERNEL)
-    good = run_axon("nki", "profile", f"{kernel}:double", "--input", "a=float32[128,512]", "--out", str(tmp_path), "--no-png")
+    good = run_axon(
+        "nki", "profile", f"{kernel}:double", "--input", "a=float32[128,512]", "--out", str(tmp_path), "--no-png"
+    )
     assert good.returncode == 0, good.stderr
     for shape in ("64,512", "128,256"):
         ran = run_axon("nki", "run", f"{kernel}:double", "--input", f"a=float32[{shape}]")
         assert ran.returncode == 2, ran.stdout
-        profiled = refused("nki", "profile", f"{kernel}:double", "--input", f"a=float32[{shape}]", "--out", str(tmp_path),
-                           "--no-png")
+        profiled = refused(
+            "nki", "profile", f"{kernel}:double", "--input", f"a=float32[{shape}]", "--out", str(tmp_path), "--no-png"
+        )
         assert profiled == ran.stderr.strip()
 
 
 def test_profile_out_in_a_missing_directory(tmp_path):
     kernel = tmp_path / "double.py"
     kernel.write_text(KERNEL)
-    refused("nki", "profile", f"{kernel}:double", "--input", "a=float32[128,512]", "--out", str(tmp_path / "no" / "where"),
-            fragments=("--out", "does not exist"))
+    refused(
+        "nki",
+        "profile",
+        f"{kernel}:double",
+        "--input",
+        "a=float32[128,512]",
+        "--out",
+        str(tmp_path / "no" / "where"),
+        fragments=("--out", "does not exist"),
+    )
 
 
 def test_run_refuses_inputs_larger_than_this_machine(tmp_path):
     kernel = tmp_path / "double.py"
     kernel.write_text(KERNEL)
-    refused("nki", "run", f"{kernel}:double", "--input", "a=float32[1000000,1000000]", fragments=("GiB", "smaller inputs"))
+    refused(
+        "nki", "run", f"{kernel}:double", "--input", "a=float32[1000000,1000000]", fragments=("GiB", "smaller inputs")
+    )

@@ -46,12 +46,7 @@ def test_malformed_shape(bad):
 
 def test_shape_mismatch_inside_a_spec_names_op_and_shapes(tmp_path):
     spec = tmp_path / "bad_spec.py"
-    spec.write_text(
-        "import axon.spec as ax\n"
-        "@ax.spec(x='M K', g='N')\n"
-        "def scale(x, g):\n"
-        "    return x * g\n"
-    )
+    spec.write_text("import axon.spec as ax\n@ax.spec(x='M K', g='N')\ndef scale(x, g):\n    return x * g\n")
     _one_line_error(
         run_axon("show", f"{spec}:scale", "--shape", "M=4,K=8,N=3"), "mul:", "[M, K]", "[N]", "bad_spec.py:4"
     )
@@ -79,10 +74,13 @@ def test_hardware_file_errors_name_field_and_file(tmp_path):
     _one_line_error(run_axon("hw", str(negative)), "negative_field.yaml", "memory.hbm_bandwidth_gbps must be positive")
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (("tune", "softmax", "--bogus"), "No such option '--bogus'"),
-    (("tune", "softmax", "--trials", "0"), "--trials"),
-    (("show",), "Missing argument"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("tune", "softmax", "--bogus"), "No such option '--bogus'"),
+        (("tune", "softmax", "--trials", "0"), "--trials"),
+        (("show",), "Missing argument"),
+    ],
+)
 def test_usage_errors_are_one_line_naming_the_command(args, fragment):
     _one_line_error(run_axon(*args), "axon " + args[0], fragment)

@@ -53,8 +53,17 @@ def test_guard_figures_scale_with_the_problem():
 
 
 def test_tune_at_a_billion_rows_is_refused_with_the_figures(tmp_path):
-    line = _refused_quickly("tune", "rmsnorm_matmul", "--shape", "M=1000000000", "--trials", "2",
-                            "--workdir", str(tmp_path / "w"), fragments=("GiB of HBM", "trn1 has 16.0 GiB", "--force"))
+    line = _refused_quickly(
+        "tune",
+        "rmsnorm_matmul",
+        "--shape",
+        "M=1000000000",
+        "--trials",
+        "2",
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("GiB of HBM", "trn1 has 16.0 GiB", "--force"),
+    )
     assert re.search(r"needs [\d,.]+ GiB", line)
     assert not (tmp_path / "w" / "optuna.log").exists()  # refused before any study or trace
 
@@ -64,9 +73,15 @@ def test_host_memory_and_time_guards(tmp_path):
     softmax = get("softmax").graph("default", M=65536, N=8192)
     if estimate(softmax).host_bytes < host_memory() / 2:
         pytest.skip(f"this machine has {host_memory() / GiB:.0f} GiB: softmax at M=65536 fits")
-    _refused_quickly("tune", "softmax", "--shape", "M=65536,N=8192", "--workdir", str(tmp_path / "w"),
-                     fragments=("GiB of host memory", "--force"))
-
+    _refused_quickly(
+        "tune",
+        "softmax",
+        "--shape",
+        "M=65536,N=8192",
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("GiB of host memory", "--force"),
+    )
 
 
 def test_a_trace_too_long_for_this_machine_is_refused():
@@ -84,33 +99,63 @@ def test_sweep_entry_beyond_the_hardware_is_refused_before_the_first_task(tmp_pa
     import yaml
 
     config = tmp_path / "huge.yaml"
-    config.write_text(yaml.safe_dump({"name": "huge", "hw": "trn2", "trials": 2, "entries": [
-        {"workload": "softmax", "preset": "small"}, {"workload": "matmul", "shape": {"M": 2**20}}]}))
-    _refused_quickly("sweep", str(config), "--workdir", str(tmp_path / "w"),
-                     fragments=("huge.yaml: entry matmul[default;M=1048576]:float32@trn2", "HBM", "trn2 has 12.0 GiB"))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "huge",
+                "hw": "trn2",
+                "trials": 2,
+                "entries": [{"workload": "softmax", "preset": "small"}, {"workload": "matmul", "shape": {"M": 2**20}}],
+            }
+        )
+    )
+    _refused_quickly(
+        "sweep",
+        str(config),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("huge.yaml: entry matmul[default;M=1048576]:float32@trn2", "HBM", "trn2 has 12.0 GiB"),
+    )
     assert not (tmp_path / "w" / "mlflow.db").exists()
 
 
 def test_show_prints_a_huge_graph_but_check_refuses_to_evaluate_it():
     show = run_axon("show", "rmsnorm_matmul", "--shape", "M=1000000000")
     assert show.returncode == 0 and "M=1000000000" in show.stdout, show.stderr
-    _refused_quickly("check", "rmsnorm_matmul", "--shape", "M=1000000000",
-                     fragments=("GiB of host memory", "--force"))
+    _refused_quickly("check", "rmsnorm_matmul", "--shape", "M=1000000000", fragments=("GiB of host memory", "--force"))
     variants = run_axon("variants", "rmsnorm_matmul", "--shape", "M=1000000000", "--depth", "1")
     assert variants.returncode == 0 and "variants; steps proved" in variants.stdout, variants.stderr
 
 
 def _tiny_sbuf(tmp_path):
     tiny = tmp_path / "tiny.yaml"
-    tiny.write_text(re.sub(r"sbuf_bytes_per_partition: \d+", "sbuf_bytes_per_partition: 2048",
-                           (CONFIG_DIR / "trn1.yaml").read_text()))
+    tiny.write_text(
+        re.sub(
+            r"sbuf_bytes_per_partition: \d+", "sbuf_bytes_per_partition: 2048", (CONFIG_DIR / "trn1.yaml").read_text()
+        )
+    )
     return tiny
 
 
 def test_failed_trials_are_counted_by_reason_and_printed_with_verbose(tmp_path):
-    result = run_axon("tune", "rmsnorm_matmul", "--preset", "small", "--trials", "3", "--sampler", "random",
-                      "--hw", str(_tiny_sbuf(tmp_path)), "--workdir", str(tmp_path / "w"), "--no-track", "--quiet",
-                      "--verbose", timeout=300)
+    result = run_axon(
+        "tune",
+        "rmsnorm_matmul",
+        "--preset",
+        "small",
+        "--trials",
+        "3",
+        "--sampler",
+        "random",
+        "--hw",
+        str(_tiny_sbuf(tmp_path)),
+        "--workdir",
+        str(tmp_path / "w"),
+        "--no-track",
+        "--quiet",
+        "--verbose",
+        timeout=300,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     trial_lines = [l for l in lines if l.startswith("trial ")]
@@ -132,9 +177,27 @@ def test_seconds_zero_says_no_trial_ran(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path):
     work = tmp_path / "w"
-    proc = subprocess.Popen([sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--trials", "500",
-                             "--workdir", str(work), "--no-track", "--quiet"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "axon.cli",
+            "tune",
+            "rmsnorm_matmul",
+            "--preset",
+            "small",
+            "--trials",
+            "500",
+            "--workdir",
+            str(work),
+            "--no-track",
+            "--quiet",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 240
     try:
         while time.time() < deadline:
@@ -160,8 +223,23 @@ def test_cost_model_records_its_hardware(tmp_path):
     from axon.measure.records import Record
     from axon.search.costmodel import CostModel
 
-    records = [Record("softmax", {"M": 256}, "float32", "trn2", "h", "sim", "v", {"p": i}, f"{i:08x}" * 3,
-                      {"a": float(i), "b": float(i % 3)}, 1000.0 + 10 * i, "ok") for i in range(12)]
+    records = [
+        Record(
+            "softmax",
+            {"M": 256},
+            "float32",
+            "trn2",
+            "h",
+            "sim",
+            "v",
+            {"p": i},
+            f"{i:08x}" * 3,
+            {"a": float(i), "b": float(i % 3)},
+            1000.0 + 10 * i,
+            "ok",
+        )
+        for i in range(12)
+    ]
     model = CostModel(rounds=5)
     model.fit(records)
     path = model.save(tmp_path / "m.json")
@@ -170,12 +248,39 @@ def test_cost_model_records_its_hardware(tmp_path):
 
 @pytest.mark.slow
 def test_a_cost_model_of_another_machine_warns_once(tmp_path):
-    result = run_axon("tune", "softmax", "--preset", "small", "--trials", "2", "--hw", "trn2",
-                      "--cost-model", "models/axon-costmodel-trn1.json", "--workdir", str(tmp_path / "w"), "--no-track",
-                      "--quiet", timeout=300)
+    result = run_axon(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--hw",
+        "trn2",
+        "--cost-model",
+        "models/axon-costmodel-trn1.json",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--no-track",
+        "--quiet",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     warnings = [l for l in result.stderr.splitlines() if "warning" in l]
     assert len(warnings) == 1 and "trained on trn1, tuning on trn2" in warnings[0], result.stderr
-    same = run_axon("tune", "softmax", "--preset", "small", "--trials", "2", "--cost-model", "models/axon-costmodel-trn1.json",
-                    "--workdir", str(tmp_path / "w"), "--no-track", "--quiet", timeout=300)
+    same = run_axon(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--cost-model",
+        "models/axon-costmodel-trn1.json",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--no-track",
+        "--quiet",
+        timeout=300,
+    )
     assert same.returncode == 0 and "trained on" not in same.stderr, same.stderr[-2000:]

@@ -36,10 +36,7 @@ README = REPO / "README.md"
 # `python -m axon.demo`, whose steps are `axon workloads`, `axon variants rmsnorm_matmul`, the
 # configs/sweeps/demo.yaml sweep and `axon runs`: the tour below runs each of those as a command of
 # its own. Both are checked against the Makefile instead (`test_make_lines`).
-NOT_RUN = {
-    ("make", "demo"): "-m axon.demo",
-    ("make", "test"): "pytest",
-}
+NOT_RUN = {("make", "demo"): "-m axon.demo", ("make", "test"): "pytest"}
 
 COMMAND_TIMEOUT_S = 300
 UI_TIMEOUT_S = 120
@@ -79,8 +76,14 @@ def allowed_exit_codes(argv: list[str]) -> set[int]:
 def test_readme_has_the_tour():
     assert [argv_of(c) for c in readme_commands()[:2]] == [["make", "demo"], ["make", "test"]]
     subcommands = {tuple(argv_of(c)[1:3]) for c in tour_commands()}
-    for expected in [("workloads",), ("variants", "rmsnorm_matmul"), ("runs",), ("ui",), ("nki", "run"),
-                     ("nki", "profile")]:
+    for expected in [
+        ("workloads",),
+        ("variants", "rmsnorm_matmul"),
+        ("runs",),
+        ("ui",),
+        ("nki", "run"),
+        ("nki", "profile"),
+    ]:
         assert any(s[: len(expected)] == expected for s in subcommands), expected
     assert sum(argv_of(c)[1] == "tune" for c in tour_commands()) >= 3
 
@@ -106,7 +109,7 @@ def test_make_lines(target):
 
 def test_spec_section_shows_examples_my_model():
     text = README.read_text()
-    section = text[text.index("## Writing a spec"):]
+    section = text[text.index("## Writing a spec") :]
     shown = re.search(r"^```python\n(.*?)^```", section, flags=re.S | re.M).group(1)
     assert "this is `examples/my_model.py`" in section.split("```python")[0]
     assert shown == (REPO / "examples" / "my_model.py").read_text()
@@ -139,28 +142,32 @@ def test_readme_paths_exist():
     """Markdown links and the repository paths the README names in backticks are in the repository."""
     text = README.read_text()
     links = [t for t in re.findall(r"\]\(([^)]+)\)", text) if "://" not in t]
-    named = [t for t in re.findall(r"`((?:docs|examples|configs|models|experiments)/[^`\s]*)`", text)
-             if not any(ch in t for ch in "*{") and t not in MADE_BY_RUNS]
+    named = [
+        t
+        for t in re.findall(r"`((?:docs|examples|configs|models|experiments)/[^`\s]*)`", text)
+        if not any(ch in t for ch in "*{") and t not in MADE_BY_RUNS
+    ]
     missing = [t for t in links + named if not (REPO / t.split("#")[0]).exists()]
     assert links and not missing, f"README names paths that do not exist: {missing}"
 
 
 # ---- the example specs and kernel the README points at ------------------------------------------
 
+
 def _gelu_tanh(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 # file:function -> the formula from the README's table, in float64 NumPy over the named inputs
 EXAMPLE_SPECS = {
-    "my_model.py:rmsnorm_matmul":
-        lambda x, g, w: (x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * g) @ w,
+    "my_model.py:rmsnorm_matmul": lambda x, g, w: (x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * g) @ w,
     "geglu.py:geglu": lambda x, wg, wu: _gelu_tanh(x @ wg) * (x @ wu),
-    "add_layernorm.py:add_layernorm":
-        lambda x, r, g, b: ((x + r) - (x + r).mean(-1, keepdims=True)) / np.sqrt((x + r).var(-1, keepdims=True) + 1e-5)
-        * g + b,
-    "logsumexp.py:logsumexp":
-        lambda x: x.max(-1, keepdims=True) + np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+    "add_layernorm.py:add_layernorm": lambda x, r, g, b: (
+        ((x + r) - (x + r).mean(-1, keepdims=True)) / np.sqrt((x + r).var(-1, keepdims=True) + 1e-5) * g + b
+    ),
+    "logsumexp.py:logsumexp": lambda x: (
+        x.max(-1, keepdims=True) + np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    ),
     "l2norm_matmul.py:l2norm_matmul": lambda x, w: (x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-12)) @ w,
 }
 
@@ -208,8 +215,7 @@ def test_example_spec_variants_agree(ref):
             assert rel_err(got, expected) < 1e-9, v.moves
 
 
-@pytest.mark.parametrize("rows, dtype, tol", [(256, "float32", 1e-6), (200, "float32", 1e-6),
-                                               (128, "bfloat16", 1e-2)])
+@pytest.mark.parametrize("rows, dtype, tol", [(256, "float32", 1e-6), (200, "float32", 1e-6), (128, "bfloat16", 1e-2)])
 def test_example_kernel_normalizes_rows(rows, dtype, tol):
     import axon.nki
     from axon.nki.memory import as_dtype
@@ -224,6 +230,7 @@ def test_example_kernel_normalizes_rows(rows, dtype, tol):
 
 # ---- the tour, run as written -------------------------------------------------------------------
 
+
 def _environment_under_test() -> Path:
     for venv in (Path(sys.prefix), REPO / ".venv"):
         if (venv / "bin" / "axon").exists():
@@ -234,9 +241,25 @@ def _environment_under_test() -> Path:
 def _scratch_repo(tmp: Path) -> Path:
     """A copy of the repository as a fresh clone has it, with `.venv` linked to the environment under test."""
     repo = tmp / "axon"
-    shutil.copytree(REPO, repo, symlinks=True, ignore=shutil.ignore_patterns(
-        ".venv", ".git", ".axon", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", "mlruns",
-        "mlartifacts", "mlflow.db", "work", "model_work"))
+    shutil.copytree(
+        REPO,
+        repo,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".venv",
+            ".git",
+            ".axon",
+            "__pycache__",
+            "*.egg-info",
+            ".pytest_cache",
+            ".hypothesis",
+            "mlruns",
+            "mlartifacts",
+            "mlflow.db",
+            "work",
+            "model_work",
+        ),
+    )
     (repo / ".venv").symlink_to(_environment_under_test(), target_is_directory=True)
     return repo
 
@@ -247,8 +270,9 @@ def _serve_then_stop(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[i
     Returns the exit code, stderr and what went wrong ("" when the page answered and Ctrl-C stopped it).
     """
     errors = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty server cannot block on it
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     deadline, url, note = time.monotonic() + UI_TIMEOUT_S, None, ""
@@ -294,8 +318,9 @@ def test_tour_runs_as_written(tmp_path):
             code, stderr, problem = _serve_then_stop(argv, repo, env)
         else:
             try:
-                done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True,
-                                      timeout=COMMAND_TIMEOUT_S)
+                done = subprocess.run(
+                    argv, cwd=repo, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+                )
                 code, stderr = done.returncode, done.stderr
             except subprocess.TimeoutExpired:
                 code, stderr = -1, f"timed out after {COMMAND_TIMEOUT_S} s"
@@ -319,9 +344,25 @@ def test_tour_runs_as_written(tmp_path):
 def test_example_spec_tunes(ref, tmp_path):
     """Each example is a workload like the built-in ones: a few trials give a kernel that passes numerics."""
     done = subprocess.run(
-        [str(_environment_under_test() / "bin" / "axon"), "tune", f"examples/{ref}", "--preset", "small", "--trials", "4",
-         "--no-track", "--json", "--workdir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        [
+            str(_environment_under_test() / "bin" / "axon"),
+            "tune",
+            f"examples/{ref}",
+            "--preset",
+            "small",
+            "--trials",
+            "4",
+            "--no-track",
+            "--json",
+            "--workdir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["numerics"]["max_rel_err"] <= report["numerics"]["tolerance"]

@@ -25,8 +25,15 @@ def test_files_registry_refs_and_other_paths_pass_unchanged(tmp_path, monkeypatc
     (tmp_path / "trn1").write_text("{}")  # a file of that name wins over the shipped model
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "axon-costmodel-trn1.json").write_text("{}")
-    for ref in ("trn1", "models/axon-costmodel-trn1.json", "models:/axon-costmodel-trn1@champion", "elsewhere/m.json",
-                "/abs/models/axon-costmodel-trn1.json", None, ""):
+    for ref in (
+        "trn1",
+        "models/axon-costmodel-trn1.json",
+        "models:/axon-costmodel-trn1@champion",
+        "elsewhere/m.json",
+        "/abs/models/axon-costmodel-trn1.json",
+        None,
+        "",
+    ):
         assert cost_model_ref(ref) == ref
 
 
@@ -44,4 +51,5 @@ def test_the_repository_models_directory_is_the_package_one():
 def test_cli_cost_model_option_takes_a_shipped_name(tmp_path):
     bad = run_axon("tune", "softmax", "--preset", "small", "--cost-model", "trn2", "--workdir", str(tmp_path / "w"))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
-        "axon: error: cost model trn2 not found (a file, models:/NAME@ALIAS, or shipped: trn1)"]
+        "axon: error: cost model trn2 not found (a file, models:/NAME@ALIAS, or shipped: trn1)"
+    ]

@@ -11,7 +11,7 @@ import yaml
 from axon.workloads import all_workloads, get, identifier, load_spec
 from tests.conftest import run_axon
 
-SPEC = '''import axon.spec as ax
+SPEC = """import axon.spec as ax
 
 @ax.spec(x="M K", g="K", w="K N")
 def rmsnorm_matmul(x, g, w, eps=1e-6):
@@ -21,7 +21,7 @@ def rmsnorm_matmul(x, g, w, eps=1e-6):
 odd = ax.spec(x="M N")(lambda x: ax.exp(x) * 2.0)
 
 PRESETS = {"rmsnorm_matmul": {"small": {"M": 256, "K": 256, "N": 128}}}
-'''
+"""
 
 SHAPE = "M=256,K=256,N=128"
 
@@ -66,8 +66,20 @@ def test_spec_resolves_the_same_from_any_directory(layout, monkeypatch):
 
 @pytest.mark.slow
 def test_tune_a_spec_by_relative_path_from_another_directory(layout):
-    result = run_axon("tune", "../specs/my_model.py:rmsnorm_matmul", "--shape", SHAPE, "--trials", "3", "--workdir", "../w",
-                      "--no-track", "--quiet", cwd=layout / "cwd", timeout=300)
+    result = run_axon(
+        "tune",
+        "../specs/my_model.py:rmsnorm_matmul",
+        "--shape",
+        SHAPE,
+        "--trials",
+        "3",
+        "--workdir",
+        "../w",
+        "--no-track",
+        "--quiet",
+        cwd=layout / "cwd",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "0 failed" in result.stdout and "numerics" in result.stdout and "OK" in result.stdout
     kernel = _kernel_path(result.stdout)
@@ -77,8 +89,18 @@ def test_tune_a_spec_by_relative_path_from_another_directory(layout):
     # the kernels the backend traced are in the workdir, not the system temp folder
     assert list((layout / "w" / "cache" / "kernels").glob("kernel_*.py"))
     # the kernel runs as any NKI file does
-    run = run_axon("nki", "run", f"{kernel}:rmsnorm_matmul", "--input", "x=float32[256,256]", "--input", "g=float32[256]",
-                   "--input", "w=float32[256,128]", cwd=layout)
+    run = run_axon(
+        "nki",
+        "run",
+        f"{kernel}:rmsnorm_matmul",
+        "--input",
+        "x=float32[256,256]",
+        "--input",
+        "g=float32[256]",
+        "--input",
+        "w=float32[256,128]",
+        cwd=layout,
+    )
     assert run.returncode == 0 and "output 0: shape [256, 128]" in run.stdout, run.stderr
 
 
@@ -87,7 +109,9 @@ def test_tune_a_lambda_spec_by_absolute_path_through_the_python_api(layout, monk
     from axon.search.api import tune
 
     monkeypatch.chdir(layout / "cwd")
-    report = tune(f"{layout}/specs/my_model.py:odd", shape={"M": 256, "N": 512}, trials=2, workdir=layout / "w", track=False)
+    report = tune(
+        f"{layout}/specs/my_model.py:odd", shape={"M": 256, "N": 512}, trials=2, workdir=layout / "w", track=False
+    )
     assert report.best_latency_ns and report.failed == 0 and report.numerics.ok
     assert report.kernel_path.startswith(str(layout / "w" / "kernels" / "_lambda__trn1_"))
     assert "def _lambda_(" in open(report.kernel_path).read()
@@ -100,15 +124,31 @@ def test_tune_a_lambda_spec_by_absolute_path_through_the_python_api(layout, monk
 def test_sweep_entry_spec_path_is_relative_to_the_config_file(layout):
     (layout / "configs").mkdir()
     config = layout / "configs" / "mine.yaml"
-    config.write_text(yaml.safe_dump({"name": "mine", "hw": "trn1", "trials": 2, "entries": [
-        {"workload": "../specs/my_model.py:rmsnorm_matmul", "preset": "small"}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "mine",
+                "hw": "trn1",
+                "trials": 2,
+                "entries": [{"workload": "../specs/my_model.py:rmsnorm_matmul", "preset": "small"}],
+            }
+        )
+    )
     result = run_axon("sweep", str(config), "--workdir", "../w", "--quiet", cwd=layout / "cwd", timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "../specs/my_model.py:rmsnorm_matmul[small]:float32@trn1" in result.stdout
     assert "FAILED" not in result.stdout
     # the same entry relative to the working directory instead is refused before any work, naming it
-    config.write_text(yaml.safe_dump({"name": "mine", "hw": "trn1", "trials": 2, "entries": [
-        {"workload": "specs/my_model.py:rmsnorm_matmul", "preset": "small"}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "mine",
+                "hw": "trn1",
+                "trials": 2,
+                "entries": [{"workload": "specs/my_model.py:rmsnorm_matmul", "preset": "small"}],
+            }
+        )
+    )
     bad = run_axon("sweep", str(config), "--workdir", "../w", cwd=layout / "cwd")
     assert bad.returncode == 2 and "entries[0].workload" in bad.stderr and "config file's directory" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
@@ -120,14 +160,29 @@ def test_sweep_with_a_failing_entry_exits_non_zero_and_names_it(layout):
     from axon.target.hardware import CONFIG_DIR
 
     tiny = layout / "tiny.yaml"
-    tiny.write_text(re.sub(r"sbuf_bytes_per_partition: \d+", "sbuf_bytes_per_partition: 2048",
-                           (CONFIG_DIR / "trn1.yaml").read_text()))
+    tiny.write_text(
+        re.sub(
+            r"sbuf_bytes_per_partition: \d+", "sbuf_bytes_per_partition: 2048", (CONFIG_DIR / "trn1.yaml").read_text()
+        )
+    )
     config = layout / "s.yaml"
-    config.write_text(yaml.safe_dump({"name": "tinysweep", "hw": str(tiny), "trials": 2, "sampler": "random", "entries": [
-        {"workload": "specs/my_model.py:rmsnorm_matmul", "preset": "small"}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tinysweep",
+                "hw": str(tiny),
+                "trials": 2,
+                "sampler": "random",
+                "entries": [{"workload": "specs/my_model.py:rmsnorm_matmul", "preset": "small"}],
+            }
+        )
+    )
     result = run_axon("sweep", str(config), "--workdir", "w", "--quiet", cwd=layout, timeout=300)
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
-    assert "axon: error: sweep tinysweep: entry specs/my_model.py:rmsnorm_matmul[small]:float32@trn1 failed" in result.stderr
+    assert (
+        "axon: error: sweep tinysweep: entry specs/my_model.py:rmsnorm_matmul[small]:float32@trn1 failed"
+        in result.stderr
+    )
     assert "sbuf:" in result.stderr
 
 

@@ -26,8 +26,21 @@ from axon.target import builtin_hw, load_hw
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-NOT_SOURCE = (".git", ".venv", ".axon", "experiments", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-              ".hypothesis", "mlruns", "mlartifacts", "mlflow.db")
+NOT_SOURCE = (
+    ".git",
+    ".venv",
+    ".axon",
+    "experiments",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    "mlruns",
+    "mlartifacts",
+    "mlflow.db",
+)
 
 
 class Installed:
@@ -57,8 +70,12 @@ def wheel(tmp_path_factory) -> Path:
     source = tmp_path_factory.mktemp("source") / "axon"
     shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(*NOT_SOURCE))
     out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr
     (path,) = out.glob("axon-*.whl")
     return path
@@ -70,8 +87,12 @@ def installed(wheel, tmp_path_factory) -> Installed:
     site.elsewhere.mkdir()
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(site.venv)], check=True, timeout=120)
     # the test environment's pip installs into the new venv (`--python`): no pip bootstrap per run
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(site.python), "install", "--no-deps", "-q",
-                           str(wheel)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(site.python), "install", "--no-deps", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     purelib = site.python_json("import json, sysconfig; print(json.dumps(sysconfig.get_paths()))")["purelib"]
     # dependencies from this environment, after the venv's own site-packages (axon comes from the wheel)
@@ -98,7 +119,8 @@ def test_installed_package_is_the_wheel_and_loads_every_builtin_hardware_file(in
         "import json, axon; from importlib.resources import files; from axon.target import builtin_hw, load_hw\n"
         "print(json.dumps({'file': axon.__file__, 'typed': (files('axon') / 'py.typed').is_file(),\n"
         "                  'hw': {n: [load_hw(n).file_hash, load_hw(n).source] for n in builtin_hw()},\n"
-        "                  'trn2': load_hw('trn2').memory.sbuf_bytes_per_partition}))")
+        "                  'trn2': load_hw('trn2').memory.sbuf_bytes_per_partition}))"
+    )
     assert Path(found["file"]).resolve().is_relative_to(installed.venv.resolve())
     assert not Path(found["file"]).resolve().is_relative_to(REPO)
     assert found["typed"] and found["trn2"] == 229376
@@ -110,7 +132,9 @@ def test_installed_axon_hw_by_name_and_by_documented_path(installed):
     for ref in ("trn1", "configs/hw/trn1.yaml"):  # the path form the README and docs use, from a non-checkout
         shown = installed.axon("hw", ref)
         assert shown.returncode == 0, shown.stderr
-        assert f"sha256 {load_hw('trn1').file_hash}" in shown.stdout and "sbuf_bytes_per_partition=196608" in shown.stdout
+        assert (
+            f"sha256 {load_hw('trn1').file_hash}" in shown.stdout and "sbuf_bytes_per_partition=196608" in shown.stdout
+        )
     missing = installed.axon("hw", "trn9")
     assert missing.returncode == 2 and "built-in: trn1, trn2" in missing.stderr
 
@@ -127,8 +151,21 @@ def test_installed_axon_tunes_from_another_directory(installed):
 @pytest.mark.parametrize("ref", ["trn1", "models/axon-costmodel-trn1.json"])
 def test_installed_axon_tunes_from_the_shipped_cost_model_by_name_or_path(installed, ref):
     workdir = installed.root / f"work-{ref.replace('/', '_')}"
-    tuned = installed.axon("tune", "softmax", "--preset", "small", "--trials", "2", "--cost-model", ref, "--no-track",
-                           "--quiet", "--json", "--workdir", str(workdir))
+    tuned = installed.axon(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--cost-model",
+        ref,
+        "--no-track",
+        "--quiet",
+        "--json",
+        "--workdir",
+        str(workdir),
+    )
     assert tuned.returncode == 0, tuned.stderr
     report = json.loads(tuned.stdout)
     assert Path(report["kernel_path"]).is_file()

@@ -6,7 +6,8 @@ through `GraphBuilder`, so shape rules and their error messages live in exactly 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from axon.errors import SpecError
 from axon.ir.dims import Dim, shape_str
@@ -31,7 +32,9 @@ def broadcast_shapes(op: str, a: tuple[Dim, ...], b: tuple[Dim, ...], where: str
         elif da == ONE:
             out.append(db)
         else:
-            raise _fail(op, where, f"shapes {shape_str(a)} and {shape_str(b)} do not broadcast (axis -{i}: {da} vs {db})")
+            raise _fail(
+                op, where, f"shapes {shape_str(a)} and {shape_str(b)} do not broadcast (axis -{i}: {da} vs {db})"
+            )
     return tuple(reversed(out))
 
 
@@ -62,7 +65,9 @@ def _product(shape: Sequence[Dim]) -> Dim:
     return p
 
 
-def infer_type(op: str, ins: Sequence[Node], attrs: dict[str, Any], where: str = "") -> tuple[TensorType, dict[str, Any]]:
+def infer_type(
+    op: str, ins: Sequence[Node], attrs: dict[str, Any], where: str = ""
+) -> tuple[TensorType, dict[str, Any]]:
     """Result type of `op` on `ins`, and the attrs normalized (axes made non-negative)."""
     if op not in ALL_OPS:
         raise _fail(op, where, "unknown op")
@@ -89,9 +94,7 @@ def infer_type(op: str, ins: Sequence[Node], attrs: dict[str, Any], where: str =
         if len(a) < 2 or len(b) < 2:
             raise _fail(op, where, f"operands must have rank >= 2, got {shape_str(a)} and {shape_str(b)}")
         if a[-1] != b[-2]:
-            raise _fail(
-                op, where, f"contraction mismatch: {shape_str(a)} @ {shape_str(b)} ({a[-1]} vs {b[-2]})"
-            )
+            raise _fail(op, where, f"contraction mismatch: {shape_str(a)} @ {shape_str(b)} ({a[-1]} vs {b[-2]})")
         batch = broadcast_shapes(op, a[:-2], b[:-2], where)
         return TensorType(batch + (a[-2], b[-1]), _binary_dtype(ins[0], ins[1])), attrs
     if op == "transpose":
@@ -157,7 +160,9 @@ class GraphBuilder:
         self._index[key] = node.id
         return node.id
 
-    def input(self, name: str, ttype: TensorType, where: str = "", value_range: tuple[float, float] | None = None) -> int:
+    def input(
+        self, name: str, ttype: TensorType, where: str = "", value_range: tuple[float, float] | None = None
+    ) -> int:
         """An input; `value_range` is the declared range of its values (kept as the `range` attribute)."""
         if value_range is None:
             return self.add("input", (), where, name=name, type=ttype)

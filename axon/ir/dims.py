@@ -8,9 +8,10 @@ bindings (name -> int) are passed in when a concrete size is asked for.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping, Union
+from typing import Union
 
 from axon.errors import SpecError
 
@@ -32,17 +33,17 @@ class Dim:
 
     # construction ----------------------------------------------------------------------------
     @staticmethod
-    def sym(name: str) -> "Dim":
+    def sym(name: str) -> Dim:
         if not name.isidentifier():
             raise SpecError(f"dimension name {name!r} is not an identifier")
         return Dim._make({((name, 1),): Fraction(1)})
 
     @staticmethod
-    def const(value: int | Fraction) -> "Dim":
+    def const(value: int | Fraction) -> Dim:
         return Dim._make({(): Fraction(value)})
 
     @staticmethod
-    def of(value: "DimLike") -> "Dim":
+    def of(value: DimLike) -> Dim:
         if isinstance(value, Dim):
             return value
         if isinstance(value, bool):
@@ -54,14 +55,14 @@ class Dim:
         raise SpecError(f"{value!r} is not a dimension (expected a name, an int or a Dim)")
 
     @staticmethod
-    def _make(terms: Mapping[Monomial, Fraction]) -> "Dim":
+    def _make(terms: Mapping[Monomial, Fraction]) -> Dim:
         return Dim(tuple(sorted((m, c) for m, c in terms.items() if c != 0)))
 
     # arithmetic ------------------------------------------------------------------------------
     def _dict(self) -> dict[Monomial, Fraction]:
         return dict(self.terms)
 
-    def __add__(self, other: "DimLike") -> "Dim":
+    def __add__(self, other: DimLike) -> Dim:
         out = self._dict()
         for m, c in Dim.of(other).terms:
             out[m] = out.get(m, Fraction(0)) + c
@@ -69,13 +70,13 @@ class Dim:
 
     __radd__ = __add__
 
-    def __sub__(self, other: "DimLike") -> "Dim":
+    def __sub__(self, other: DimLike) -> Dim:
         return self + Dim.of(other) * -1
 
-    def __rsub__(self, other: "DimLike") -> "Dim":
+    def __rsub__(self, other: DimLike) -> Dim:
         return Dim.of(other) - self
 
-    def __mul__(self, other: "DimLike") -> "Dim":
+    def __mul__(self, other: DimLike) -> Dim:
         out: dict[Monomial, Fraction] = {}
         for ma, ca in self.terms:
             for mb, cb in Dim.of(other).terms:
@@ -85,7 +86,7 @@ class Dim:
 
     __rmul__ = __mul__
 
-    def __truediv__(self, other: int) -> "Dim":
+    def __truediv__(self, other: int) -> Dim:
         if isinstance(other, Dim):
             if not other.is_const:
                 return self._divide_by_monomial(other)
@@ -96,10 +97,10 @@ class Dim:
 
     __floordiv__ = __truediv__
 
-    def _divide_by_monomial(self, other: "Dim") -> "Dim":
+    def _divide_by_monomial(self, other: Dim) -> Dim:
         if len(other.terms) != 1:
             raise SpecError(f"cannot divide dimension {self} by {other}: not a single term")
-        (mono, coef), = other.terms
+        ((mono, coef),) = other.terms
         out: dict[Monomial, Fraction] = {}
         for m, c in self.terms:
             powers = dict(m)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from axon.errors import SpecError
 from axon.ir.graph import Graph
 from axon.ir.ops import BINARY, UNARY, NumpyMath
+
 
 @dataclass(frozen=True)
 class Arithmetic:
@@ -50,8 +52,14 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], arithmetic: Arithme
     return {name: values[o] for name, o in zip(graph.output_names, graph.outputs)}
 
 
-def _value(graph: Graph, node: Any, args: list[np.ndarray], inputs: Mapping[str, np.ndarray], arithmetic: Arithmetic,
-           dims: Mapping[str, int]) -> Any:
+def _value(
+    graph: Graph,
+    node: Any,
+    args: list[np.ndarray],
+    inputs: Mapping[str, np.ndarray],
+    arithmetic: Arithmetic,
+    dims: Mapping[str, int],
+) -> Any:
     op, real = node.op, arithmetic.float_type
     if op == "input":
         name = node.attr("name")
@@ -60,7 +68,9 @@ def _value(graph: Graph, node: Any, args: list[np.ndarray], inputs: Mapping[str,
         value = np.asarray(inputs[name])
         expected = node.type.concrete(dims)
         if value.shape != expected:
-            raise SpecError(f"evaluate {graph.name}: input {name!r} has shape {list(value.shape)}, expected {list(expected)}")
+            raise SpecError(
+                f"evaluate {graph.name}: input {name!r} has shape {list(value.shape)}, expected {list(expected)}"
+            )
         return arithmetic.load(value)
     if op == "const":
         return real(node.attr("value"))

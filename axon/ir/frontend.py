@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from axon.errors import SpecError
 from axon.ir.builder import GraphBuilder
@@ -51,12 +52,12 @@ class Tensor:
     def dtype(self) -> str:
         return self._b.nodes[self._node].type.dtype
 
-    def size(self, axis: int) -> "Tensor":
+    def size(self, axis: int) -> Tensor:
         """The extent of `axis` as a scalar tensor (for 1/K, 1/sqrt(d), ...)."""
         return dimsize(self, axis)
 
     @property
-    def T(self) -> "Tensor":
+    def T(self) -> Tensor:
         return transpose(self)
 
     def __repr__(self) -> str:
@@ -67,79 +68,91 @@ class Tensor:
         raise SpecError("a traced tensor has no truth value (data-dependent control flow is not supported)")
 
     # operators ------------------------------------------------------------------------------------
-    def __add__(self, o: Any) -> "Tensor":
+    def __add__(self, o: Any) -> Tensor:
         return add(self, o)
 
-    def __radd__(self, o: Any) -> "Tensor":
+    def __radd__(self, o: Any) -> Tensor:
         return add(o, self)
 
-    def __sub__(self, o: Any) -> "Tensor":
+    def __sub__(self, o: Any) -> Tensor:
         return subtract(self, o)
 
-    def __rsub__(self, o: Any) -> "Tensor":
+    def __rsub__(self, o: Any) -> Tensor:
         return subtract(o, self)
 
-    def __mul__(self, o: Any) -> "Tensor":
+    def __mul__(self, o: Any) -> Tensor:
         return multiply(self, o)
 
-    def __rmul__(self, o: Any) -> "Tensor":
+    def __rmul__(self, o: Any) -> Tensor:
         return multiply(o, self)
 
-    def __truediv__(self, o: Any) -> "Tensor":
+    def __truediv__(self, o: Any) -> Tensor:
         return divide(self, o)
 
-    def __rtruediv__(self, o: Any) -> "Tensor":
+    def __rtruediv__(self, o: Any) -> Tensor:
         return divide(o, self)
 
-    def __matmul__(self, o: Any) -> "Tensor":
+    def __matmul__(self, o: Any) -> Tensor:
         return matmul(self, o)
 
-    def __rmatmul__(self, o: Any) -> "Tensor":
+    def __rmatmul__(self, o: Any) -> Tensor:
         return matmul(o, self)
 
-    def __neg__(self) -> "Tensor":
+    def __neg__(self) -> Tensor:
         return _unary("neg", self)
 
-    def __pow__(self, p: Any) -> "Tensor":
+    def __pow__(self, p: Any) -> Tensor:
         return power(self, p)
 
-    def __getitem__(self, index: Any) -> "Tensor":
+    def __getitem__(self, index: Any) -> Tensor:
         return _getitem(self, index)
 
     # methods --------------------------------------------------------------------------------------
-    def sum(self, axis: int = -1, keepdims: bool = True) -> "Tensor":
+    def sum(self, axis: int = -1, keepdims: bool = True) -> Tensor:
         return sum(self, axis, keepdims)
 
-    def max(self, axis: int = -1, keepdims: bool = True) -> "Tensor":
+    def max(self, axis: int = -1, keepdims: bool = True) -> Tensor:
         return max(self, axis, keepdims)
 
-    def mean(self, axis: int = -1, keepdims: bool = True) -> "Tensor":
+    def mean(self, axis: int = -1, keepdims: bool = True) -> Tensor:
         return mean(self, axis, keepdims)
 
-    def reshape(self, *shape: Any) -> "Tensor":
+    def reshape(self, *shape: Any) -> Tensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         return reshape(self, shape)
 
-    def transpose(self, *axes: int) -> "Tensor":
+    def transpose(self, *axes: int) -> Tensor:
         return transpose(self, axes or None)
 
     # NumPy ----------------------------------------------------------------------------------------
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> "Tensor":
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Tensor:
         # `np.float32(2) * x` reaches here as np.multiply: the operators trace; other NumPy functions
         # would compute on a proxy, so they are refused with the spec language's equivalent
-        ops = {"add": add, "subtract": subtract, "multiply": multiply, "true_divide": divide, "divide": divide,
-               "power": power, "matmul": matmul}
+        ops = {
+            "add": add,
+            "subtract": subtract,
+            "multiply": multiply,
+            "true_divide": divide,
+            "divide": divide,
+            "power": power,
+            "matmul": matmul,
+        }
         if method == "__call__" and not kwargs and ufunc.__name__ in ops and len(inputs) == 2:
             return ops[ufunc.__name__](*inputs)
         _numpy_refused(ufunc.__name__)
 
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> "Tensor":
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Tensor:
         _numpy_refused(func.__name__)
 
 
-_NUMPY_EQUIVALENTS = {"absolute": "abs", "true_divide": "divide", "concatenate": "concatenate", "amax": "max",
-                      "amin": "min"}
+_NUMPY_EQUIVALENTS = {
+    "absolute": "abs",
+    "true_divide": "divide",
+    "concatenate": "concatenate",
+    "amax": "max",
+    "amin": "min",
+}
 
 
 def _numpy_refused(name: str) -> None:
@@ -408,10 +421,15 @@ def tensor(shape: str, range: tuple[float, float] | None = None) -> TensorDecl: 
     if range is not None:
         import math
 
-        if (not isinstance(range, (tuple, list)) or len(range) != 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in range)
-                or not range[0] < range[1]):
-            raise SpecError(f"tensor {shape!r}: range must be two finite numbers (lo, hi) with lo < hi, got {range!r} (at {_where()})")
+        if (
+            not isinstance(range, (tuple, list))
+            or len(range) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in range)
+            or not range[0] < range[1]
+        ):
+            raise SpecError(
+                f"tensor {shape!r}: range must be two finite numbers (lo, hi) with lo < hi, got {range!r} (at {_where()})"
+            )
         range = (float(range[0]), float(range[1]))
     return TensorDecl(shape, range)
 

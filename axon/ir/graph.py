@@ -8,8 +8,9 @@ all-sizes program the verifier reasons about).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from axon.errors import SpecError
 from axon.ir.dims import Dim, shape_str
@@ -133,7 +134,7 @@ class Graph:
                 out[i].append(n.id)
         return out
 
-    def bind(self, **dims: int) -> "Graph":
+    def bind(self, **dims: int) -> Graph:
         """The same program with (more) dimension sizes bound."""
         merged = self.bindings
         for k, v in dims.items():

@@ -8,7 +8,8 @@ an op means. Composite functions (sigmoid, silu, gelu) are written in terms of t
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # The tanh-approximation of GELU, as in WORKLOADS.md.
 GELU_C = 0.7978845608028654  # sqrt(2 / pi)

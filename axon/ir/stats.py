@@ -36,5 +36,7 @@ def matmul_flops(graph: Graph) -> int:
     graph.check_bound()
     dims = graph.bindings
     return sum(
-        2 * n.type.numel(dims) * graph.nodes[n.inputs[0]].type.concrete(dims)[-1] for n in graph.nodes if n.op == "matmul"
+        2 * n.type.numel(dims) * graph.nodes[n.inputs[0]].type.concrete(dims)[-1]
+        for n in graph.nodes
+        if n.op == "matmul"
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import inspect
 import os
 import traceback
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from axon.errors import SpecError
 from axon.ir.builder import GraphBuilder
@@ -68,8 +69,10 @@ def _check_unshaped(fn: Callable[..., Any], sig: Any) -> None:
     for p in inspect.signature(fn).parameters.values():
         if p.name in declared or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
             continue
-        raise SpecError(f"spec {fn.__name__}: argument {p.name!r} has no shape: declare it in "
-                        f"@ax.spec({p.name}='M K', ...) or give it a default value")
+        raise SpecError(
+            f"spec {fn.__name__}: argument {p.name!r} has no shape: declare it in "
+            f"@ax.spec({p.name}='M K', ...) or give it a default value"
+        )
 
 
 def _unknown_op(fn: Callable[..., Any], exc: AttributeError) -> None:
@@ -82,9 +85,12 @@ def _unknown_op(fn: Callable[..., Any], exc: AttributeError) -> None:
         return
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
-    ops = sorted(n for n in dir(axon.spec) if n[:1].islower() and callable(getattr(axon.spec, n))
-                 and n not in ("spec", "tensor"))  # the declarations are not ops
+    ops = sorted(
+        n for n in dir(axon.spec) if n[:1].islower() and callable(getattr(axon.spec, n)) and n not in ("spec", "tensor")
+    )  # the declarations are not ops
     close = difflib.get_close_matches(exc.name, ops, n=1)
     hint = f"did you mean ax.{close[0]}? " if close else ""
-    raise SpecError(f"spec {fn.__name__}: op ax.{exc.name} is not supported{where}; {hint}the supported ops are the "
-                    f"functions of axon/spec.py (README, 'Writing a spec'): {', '.join(ops)}") from None
+    raise SpecError(
+        f"spec {fn.__name__}: op ax.{exc.name} is not supported{where}; {hint}the supported ops are the "
+        f"functions of axon/spec.py (README, 'Writing a spec'): {', '.join(ops)}"
+    ) from None

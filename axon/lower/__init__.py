@@ -17,5 +17,18 @@ from axon.lower.passes import LoweringError
 from axon.lower.program import TileProgram
 from axon.lower.space import Knob, Point, Space
 
-__all__ = ["KNOB_DEFAULTS", "Knob", "LoweringError", "Point", "Rejected", "Space", "TileProgram", "emit",
-           "expert_source", "interpret", "lower", "unfused", "unfused_source"]
+__all__ = [
+    "KNOB_DEFAULTS",
+    "Knob",
+    "LoweringError",
+    "Point",
+    "Rejected",
+    "Space",
+    "TileProgram",
+    "emit",
+    "expert_source",
+    "interpret",
+    "lower",
+    "unfused",
+    "unfused_source",
+]

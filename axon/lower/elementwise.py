@@ -119,7 +119,12 @@ def load_transposed(st: _State, node: Node) -> list[Stmt]:
         else:
             inner = [
                 Instr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, st.tm), (("src", src),)),
-                Instr("nc_transpose", "tensor", tile_ref(pt.name, 0, st.tm, 0, cs), (("data", tile_ref(raw.name, 0, cs, 0, st.tm)),)),
+                Instr(
+                    "nc_transpose",
+                    "tensor",
+                    tile_ref(pt.name, 0, st.tm, 0, cs),
+                    (("data", tile_ref(raw.name, 0, cs, 0, st.tm)),),
+                ),
                 Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, st.tm, 0, cs)),)),
             ]
         return [Loop("i_c", f // cs, tuple(inner), "transpose_chunk")]
@@ -164,7 +169,11 @@ def lower_node(st: _State, node: Node) -> list[Stmt]:
             out, at = [], 0
             for i in node.inputs:
                 w = g.concrete_shape(i)[-1]
-                out.append(Instr("tensor_copy", "vector", v.ref(j, st.tm, at, w), (("src", st.views[i].ref(j, st.tm)),), "concat"))
+                out.append(
+                    Instr(
+                        "tensor_copy", "vector", v.ref(j, st.tm, at, w), (("src", st.views[i].ref(j, st.tm)),), "concat"
+                    )
+                )
                 at += w
             return out
 
@@ -191,11 +200,13 @@ def slot_dies(st: _State, v: View, readers: set[int]) -> bool:
         return False
     if st.__dict__.get("reuse") == "rotating" and v.tensor not in st.__dict__.get("rotating", ()):
         return False  # a fixed slot taken over would live until its new value is read: the next
-    g = st.graph      # row block's writer would wait for that (see `lower`)
+    g = st.graph  # row block's writer would wait for that (see `lower`)
     done = st.__dict__.get("done", set())
     sharing = [nid for nid, w in st.views.items() if w.tensor == v.tensor]
-    return all(nid not in g.outputs and all(u.id in done or u.id in readers for u in g.nodes if nid in u.inputs)
-               for nid in sharing)
+    return all(
+        nid not in g.outputs and all(u.id in done or u.id in readers for u in g.nodes if nid in u.inputs)
+        for nid in sharing
+    )
 
 
 def _only_matmul_left(st: _State, node: Node) -> bool:
@@ -209,17 +220,29 @@ def single_instruction(st: _State, node: Node, dst: Ref, j: Expr) -> Instr:
     ops = [operand(st, i, j) for i in node.inputs]
     if op == "reduce":
         kind, ref = ops[0]
-        return Instr("tensor_reduce", "vector", dst, (("op", REDUCE[node.attr("kind")]), ("data", ref), ("axis", 1),
-                                                      ("keepdims", True)), f"%{node.id} {node.attr('kind')}")
+        return Instr(
+            "tensor_reduce",
+            "vector",
+            dst,
+            (("op", REDUCE[node.attr("kind")]), ("data", ref), ("axis", 1), ("keepdims", True)),
+            f"%{node.id} {node.attr('kind')}",
+        )
     if op in ("cast",):
         return Instr("tensor_copy", "vector", dst, (("src", ops[0][1]),), f"%{node.id} cast")
     if op == "pow":
-        return Instr("tensor_scalar", "vector", dst, (("data", ops[0][1]), ("op0", "nl.power"),
-                                                      ("operand0", float(node.attr("exponent")))), f"%{node.id} pow")
+        return Instr(
+            "tensor_scalar",
+            "vector",
+            dst,
+            (("data", ops[0][1]), ("op0", "nl.power"), ("operand0", float(node.attr("exponent")))),
+            f"%{node.id} pow",
+        )
     if op in UNARY:
         ref = ops[0][1]
         if op == "neg":
-            return Instr("activation", "scalar", dst, (("op", "nl.copy"), ("data", ref), ("scale", -1.0)), f"%{node.id} neg")
+            return Instr(
+                "activation", "scalar", dst, (("op", "nl.copy"), ("data", ref), ("scale", -1.0)), f"%{node.id} neg"
+            )
         return Instr("activation", "scalar", dst, (("op", ACT[op]), ("data", ref)), f"%{node.id} {op}")
     if op in BINARY:
         (ka, a), (kb, b) = ops
@@ -228,10 +251,17 @@ def single_instruction(st: _State, node: Node, dst: Ref, j: Expr) -> Instr:
         if ka in wide and kb in wide or ka == kb == "vec":
             return Instr("tensor_tensor", "vector", dst, (("data1", a), ("data2", b), ("op", alu)), f"%{node.id} {op}")
         if ka in wide or (ka == "vec" and kb == "scalar"):
-            return Instr("tensor_scalar", "vector", dst, (("data", a), ("op0", alu), ("operand0", b)), f"%{node.id} {op}")
+            return Instr(
+                "tensor_scalar", "vector", dst, (("data", a), ("op0", alu), ("operand0", b)), f"%{node.id} {op}"
+            )
         if kb in wide or (kb == "vec" and ka == "scalar"):
-            return Instr("tensor_scalar", "vector", dst, (("data", b), ("op0", alu), ("operand0", a), ("reverse0", True)),
-                         f"%{node.id} {op}")
+            return Instr(
+                "tensor_scalar",
+                "vector",
+                dst,
+                (("data", b), ("op0", alu), ("operand0", a), ("reverse0", True)),
+                f"%{node.id} {op}",
+            )
     raise LoweringError(f"{st.graph.name}: no instruction for %{node.id} {op} on {[k for k, _ in ops]}")
 
 

@@ -33,9 +33,18 @@ def _alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
     for grp in fused_groups(graph):
         if grp.sink == sink:
             local = {n: i for i, n in enumerate(list(grp.nodes) + [l.node for l in grp.leaves])}
-            sig = (tuple((graph.nodes[n].op, graph.nodes[n].attrs, tuple(local.get(i, -1) for i in graph.nodes[n].inputs),
-                          graph.concrete_shape(n)[-1] == 1) for n in grp.nodes),
-                   tuple((l.kind, l.value, graph.nodes[l.node].op == "matmul") for l in grp.leaves))
+            sig = (
+                tuple(
+                    (
+                        graph.nodes[n].op,
+                        graph.nodes[n].attrs,
+                        tuple(local.get(i, -1) for i in graph.nodes[n].inputs),
+                        graph.concrete_shape(n)[-1] == 1,
+                    )
+                    for n in grp.nodes
+                ),
+                tuple((l.kind, l.value, graph.nodes[l.node].op == "matmul") for l in grp.leaves),
+            )
             back = {i: n for n, i in local.items()}
             return tuple(_relabel(a, back) for a in _search(sig, grp))
     return ()
@@ -70,7 +79,9 @@ def groups_of(graph: Graph) -> list[Any]:
     def reads_matmul(g: Any) -> bool:
         return any(graph.nodes[l.node].op == "matmul" for l in g.leaves)
 
-    return [g for g in fused_groups(graph) if len(g.nodes) > 1 or graph.nodes[g.nodes[0]].op == "reduce" or reads_matmul(g)]
+    return [
+        g for g in fused_groups(graph) if len(g.nodes) > 1 or graph.nodes[g.nodes[0]].op == "reduce" or reads_matmul(g)
+    ]
 
 
 def plan_groups(st: _State, origin: tuple[int, ...]) -> None:
@@ -90,8 +101,9 @@ def plan_groups(st: _State, origin: tuple[int, ...]) -> None:
     st.__dict__["groups"], st.__dict__["internal"] = chosen, internal
 
 
-def _arg(st: _State, v: Any, j: Expr, results: list[Ref], window: tuple[Expr, int] | None,
-         override: dict[int, Ref]) -> Any:
+def _arg(
+    st: _State, v: Any, j: Expr, results: list[Ref], window: tuple[Expr, int] | None, override: dict[int, Ref]
+) -> Any:
     if isinstance(v, tuple) and v[0] == "in":
         if v[1] in override:
             return override[v[1]]
@@ -129,10 +141,14 @@ def fusable_evacuation(st: _State, mm: int) -> Any | None:
     if len(users) != 1 or sum(users[0].inputs.count(mm) for _ in [0]) != 1:
         return None
     for sink, (grp, alt) in groups.items():
-        if users[0].id in grp.nodes and grp.reduce is None and all(
-                g.concrete_shape(n)[-1] == g.concrete_shape(mm)[-1] for n in grp.nodes):
-            ready = all(l.node == mm or l.kind == "scalar" or l.node in st.views or l.node in st.bcast
-                        for l in grp.leaves)  # every other operand is computed before this matmul
+        if (
+            users[0].id in grp.nodes
+            and grp.reduce is None
+            and all(g.concrete_shape(n)[-1] == g.concrete_shape(mm)[-1] for n in grp.nodes)
+        ):
+            ready = all(
+                l.node == mm or l.kind == "scalar" or l.node in st.views or l.node in st.bcast for l in grp.leaves
+            )  # every other operand is computed before this matmul
             psum_ok = all(s.engine != "gpsimd" for s in alt.steps)  # GpSimd cannot read PSUM
             if ready and psum_ok and all(not s.opcode.endswith("reduce") for s in alt.steps):
                 return g.nodes[sink]
@@ -163,8 +179,16 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
                 last_read[v] = i
     n = len(alt.steps)
     dying = _dying_leaves(st, grp, f)
-    sink_leaf = next((leaf for leaf, v in dying.items() if kinds[("step", n - 1)] == "full" and v.dtype == out_dtype(st, sink_node)
-                      and v.width == g.concrete_shape(sink_node.id)[-1]), None)
+    sink_leaf = next(
+        (
+            leaf
+            for leaf, v in dying.items()
+            if kinds[("step", n - 1)] == "full"
+            and v.dtype == out_dtype(st, sink_node)
+            and v.width == g.concrete_shape(sink_node.id)[-1]
+        ),
+        None,
+    )
     if sink_leaf is not None:
         sink_view = st.views[sink_node.id] = dying.pop(sink_leaf)
     else:
@@ -176,7 +200,7 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
     junk: dict[int, tuple[str, Expr, int]] = {}
     for i, step in enumerate(alt.steps):
         for key, (slot, width) in list(pending.items()):  # values read for the last time by step i are dead
-            if last_read.get(key, -1) <= i:                 # for its writes
+            if last_read.get(key, -1) <= i:  # for its writes
                 avail[width].append(slot)
                 del pending[key]
         if step.opcode in ("activation_reduce", "tensor_scalar_reduce"):
@@ -190,8 +214,11 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
         if i == n - 1:
             break
         width = f if kinds[("step", i)] == "full" else 1
-        place[i] = avail[width].pop(0) if avail[width] else _borrow(st, f"t{sink_node.id}_s{i}", st.mb * width, borrowed,
-                                                                    stride=width)
+        place[i] = (
+            avail[width].pop(0)
+            if avail[width]
+            else _borrow(st, f"t{sink_node.id}_s{i}", st.mb * width, borrowed, stride=width)
+        )
         pending[("step", i)] = (place[i], width)
     comment = f"group %{', %'.join(map(str, grp.nodes))}: {alt.describe()}"
 
@@ -201,7 +228,7 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
         for i, step in enumerate(alt.steps):
             full = kinds[("step", i)] == "full"
             width = f if full else 1
-            start, size = (window if (window and full) else (Expr.of(0), width))
+            start, size = window if (window and full) else (Expr.of(0), width)
             if i == n - 1:
                 dst = sink_view.ref(j, st.tm, start, size)
             else:

@@ -8,7 +8,8 @@ The op meanings come from `axon.ir.ops` (the same definitions the reference uses
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +19,14 @@ from axon.lower.program import Alloc, Comment, Free, Instr, Loop, Ref, Stmt, Ten
 
 _M = NumpyMath()
 _ACT = {"nl.copy": lambda x: x, "nl.gelu_apprx_tanh": lambda x: UNARY["gelu"](_M, x)}
-_ALU = {"nl.add": "add", "nl.subtract": "sub", "nl.multiply": "mul", "nl.divide": "div",
-        "nl.maximum": "maximum", "nl.minimum": "minimum"}
+_ALU = {
+    "nl.add": "add",
+    "nl.subtract": "sub",
+    "nl.multiply": "mul",
+    "nl.divide": "div",
+    "nl.maximum": "maximum",
+    "nl.minimum": "minimum",
+}
 _RED = {"nl.add": np.sum, "nl.maximum": np.max, "nl.minimum": np.min}
 
 
@@ -28,8 +35,12 @@ def np_dtype(dtype: str) -> Any:
         return np.float32
     import ml_dtypes
 
-    return {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float8_e4m3": ml_dtypes.float8_e4m3fn,
-            "float8_e5m2": ml_dtypes.float8_e5m2}[dtype]
+    return {
+        "bfloat16": ml_dtypes.bfloat16,
+        "float16": np.float16,
+        "float8_e4m3": ml_dtypes.float8_e4m3fn,
+        "float8_e5m2": ml_dtypes.float8_e5m2,
+    }[dtype]
 
 
 def _act(name: str, x: np.ndarray) -> np.ndarray:
@@ -113,7 +124,9 @@ class _Machine:
                 if a.get("accumulate"):
                     out = out + self.read(ins.dst, env)
             elif op in ("activation", "activation_reduce"):
-                out = _act(a["op"], a["data"] * a.get("scale", 1.0) + (a.get("bias") if a.get("bias") is not None else 0.0))
+                out = _act(
+                    a["op"], a["data"] * a.get("scale", 1.0) + (a.get("bias") if a.get("bias") is not None else 0.0)
+                )
                 if "reduce_res" in a:
                     self.write(ins.arg("reduce_res"), env, np.sum(out, axis=1, keepdims=True))
             elif op == "tensor_scalar_reduce":
@@ -121,9 +134,15 @@ class _Machine:
                 out = _alu(a["op0"], o, d) if a.get("reverse0") else _alu(a["op0"], d, o)
                 self.write(ins.arg("reduce_res"), env, _RED[a["reduce_op"]](out, axis=1, keepdims=True))
             elif op == "tensor_scalar":
-                out = _alu(a["op0"], a["operand0"], a["data"]) if a.get("reverse0") else _alu(a["op0"], a["data"], a["operand0"])
+                out = (
+                    _alu(a["op0"], a["operand0"], a["data"])
+                    if a.get("reverse0")
+                    else _alu(a["op0"], a["data"], a["operand0"])
+                )
                 if a.get("op1"):
-                    out = _alu(a["op1"], a["operand1"], out) if a.get("reverse1") else _alu(a["op1"], out, a["operand1"])
+                    out = (
+                        _alu(a["op1"], a["operand1"], out) if a.get("reverse1") else _alu(a["op1"], out, a["operand1"])
+                    )
             elif op == "tensor_tensor":
                 out = _alu(a["op"], a["data1"], a["data2"])
             elif op == "scalar_tensor_tensor":

@@ -11,26 +11,14 @@ emit source (see `emit`) and does not time anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from axon.errors import AxonError
 from axon.ir import DTYPE_BYTES, Graph
 from axon.lower.passes import LoweringError, Pass, Roles, Weight, classify, materializable, matmul_cuts, split
-from axon.lower.program import (
-    Affine,
-    Alloc,
-    Comment,
-    Expr,
-    Free,
-    Instr,
-    Loop,
-    Ref,
-    Stmt,
-    Tensor,
-    TileProgram,
-    tile_ref,
-)
+from axon.lower.program import Affine, Alloc, Comment, Expr, Free, Instr, Loop, Ref, Stmt, Tensor, TileProgram, tile_ref
 
 PMAX = 128
 BANK_FP32 = 512
@@ -41,15 +29,41 @@ class Rejected(AxonError):
 
 
 KNOB_DEFAULTS: dict[str, Any] = dict(
-    fusion="fused", tile_m=128, m_block=1, tile_n=512, tile_k=128, bufs=1, transpose="pe",
-    weights="stream", evac="vector", psum_bufs=1, loop_order="nk",
+    fusion="fused",
+    tile_m=128,
+    m_block=1,
+    tile_n=512,
+    tile_k=128,
+    bufs=1,
+    transpose="pe",
+    weights="stream",
+    evac="vector",
+    psum_bufs=1,
+    loop_order="nk",
 )
 
-ALU = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply", "div": "nl.divide",
-       "maximum": "nl.maximum", "minimum": "nl.minimum"}
-ACT = {"exp": "nl.exp", "log": "nl.log", "sqrt": "nl.sqrt", "rsqrt": "nl.rsqrt", "tanh": "nl.tanh",
-       "sigmoid": "nl.sigmoid", "silu": "nl.silu", "gelu": "nl.gelu_apprx_tanh", "relu": "nl.relu",
-       "square": "nl.square", "abs": "nl.abs", "reciprocal": "nl.reciprocal"}
+ALU = {
+    "add": "nl.add",
+    "sub": "nl.subtract",
+    "mul": "nl.multiply",
+    "div": "nl.divide",
+    "maximum": "nl.maximum",
+    "minimum": "nl.minimum",
+}
+ACT = {
+    "exp": "nl.exp",
+    "log": "nl.log",
+    "sqrt": "nl.sqrt",
+    "rsqrt": "nl.rsqrt",
+    "tanh": "nl.tanh",
+    "sigmoid": "nl.sigmoid",
+    "silu": "nl.silu",
+    "gelu": "nl.gelu_apprx_tanh",
+    "relu": "nl.relu",
+    "square": "nl.square",
+    "abs": "nl.abs",
+    "reciprocal": "nl.reciprocal",
+}
 REDUCE = {"sum": "nl.add", "max": "nl.maximum", "min": "nl.minimum"}
 
 
@@ -71,9 +85,10 @@ class View:
     width: int
     dtype: str
 
-    def ref(self, j: Expr, rows: int, start: "int | Expr" = 0, width: int | None = None) -> Ref:
-        return tile_ref(self.tensor, 0, rows, self.base + j_off(j, self.jstride) + start,
-                        self.width if width is None else width)
+    def ref(self, j: Expr, rows: int, start: int | Expr = 0, width: int | None = None) -> Ref:
+        return tile_ref(
+            self.tensor, 0, rows, self.base + j_off(j, self.jstride) + start, self.width if width is None else width
+        )
 
 
 @dataclass
@@ -145,7 +160,7 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
 
     original = graph_of(variant)
     graph = original.memo(("normalized",), lambda: normalize(original))  # the same graph objects for every
-    graph.check_bound()                                                  # point, so their memos hold
+    graph.check_bound()  # point, so their memos hold
     knobs = knobs_of(point)
     cuts = frozenset(_cuts(graph, knobs["fusion"]))
     passes, cuts = graph.memo(("split", cuts), lambda: split(graph, cuts))
@@ -166,24 +181,41 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
             if _is_scratch(name):
                 scratch.append(Tensor(name, "hbm", p.graph.concrete_shape(o), "float32", "scratch"))
     if knobs.get("loop_order", "nk") != "nk" and not _has_loop(body, "n_group"):
-        raise Rejected(f"loop_order: {knobs['loop_order']} applies to no matmul here (no N in whole groups of "
-                       f"{knobs['loop_order'][2:]} tiles of tile_n)")
+        raise Rejected(
+            f"loop_order: {knobs['loop_order']} applies to no matmul here (no N in whole groups of "
+            f"{knobs['loop_order'][2:]} tiles of tile_n)"
+        )
     mem = hw.memory
     if sbuf_peak > mem.sbuf_bytes_per_partition:
         raise Rejected(f"sbuf: {sbuf_peak} bytes per partition needed, {mem.sbuf_bytes_per_partition} available")
     if psum_peak > mem.psum_banks:
         raise Rejected(f"psum: {psum_peak} banks needed, {mem.psum_banks} available")
-    inputs = tuple(Tensor(n.attr("name"), "hbm", graph.concrete_shape(n.id), n.type.dtype, "input") for n in graph.inputs)
+    inputs = tuple(
+        Tensor(n.attr("name"), "hbm", graph.concrete_shape(n.id), n.type.dtype, "input") for n in graph.inputs
+    )
     from axon.lower.passes import scratch_name
 
-    outputs = tuple(Tensor(scratch_name(graph, o), "hbm", graph.concrete_shape(o), graph.nodes[o].type.dtype, "output")
-                    for o in graph.outputs)
-    header = (f"workload: {graph.name}  shapes: {graph.bindings}",
-              f"variant: {_describe(variant)}",
-              f"point: {dict(sorted(knobs.items()))}",
-              f"passes: {len(passes)}  cuts: {sorted(cuts)}  sbuf/partition: {sbuf_peak} B  psum banks: {psum_peak}")
-    prog = TileProgram(graph.name, inputs, outputs, tuple(scratch), tuple(body), header, dict(knobs), hw.name,
-                       tuple(graph.output_names))
+    outputs = tuple(
+        Tensor(scratch_name(graph, o), "hbm", graph.concrete_shape(o), graph.nodes[o].type.dtype, "output")
+        for o in graph.outputs
+    )
+    header = (
+        f"workload: {graph.name}  shapes: {graph.bindings}",
+        f"variant: {_describe(variant)}",
+        f"point: {dict(sorted(knobs.items()))}",
+        f"passes: {len(passes)}  cuts: {sorted(cuts)}  sbuf/partition: {sbuf_peak} B  psum banks: {psum_peak}",
+    )
+    prog = TileProgram(
+        graph.name,
+        inputs,
+        outputs,
+        tuple(scratch),
+        tuple(body),
+        header,
+        dict(knobs),
+        hw.name,
+        tuple(graph.output_names),
+    )
     object.__setattr__(prog, "point", {**knobs, "_sbuf_peak": sbuf_peak, "_psum_banks": psum_peak})
     return prog
 
@@ -202,7 +234,9 @@ def _share_buffers(stmts: list[Stmt], allocs: list[Tensor], kernel: list[Tensor]
     free = list(kernel)
     rename: dict[str, str] = {}
     for t in allocs:
-        match = next((k for k in free if (k.buffer, k.shape, k.dtype, k.tiles) == (t.buffer, t.shape, t.dtype, t.tiles)), None)
+        match = next(
+            (k for k in free if (k.buffer, k.shape, k.dtype, k.tiles) == (t.buffer, t.shape, t.dtype, t.tiles)), None
+        )
         if match is not None:
             free.remove(match)
             rename[t.name] = match.name
@@ -258,7 +292,9 @@ def _cuts(graph: Graph, fusion: Any) -> set[int]:
 # one pass ----------------------------------------------------------------------------------------
 
 
-def _lower_pass(p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all") -> tuple[list[Stmt], list[Tensor]]:
+def _lower_pass(
+    p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all"
+) -> tuple[list[Stmt], list[Tensor]]:
     g = p.graph
     roles = classify(g)
     rows = roles.rows
@@ -278,7 +314,7 @@ def _lower_pass(p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: 
         if role == "bcast":
             pre.extend(_bcast(st, nid))
     batch_prep: list[Stmt] = []
-    from axon.lower.matmul import prepare_weights, lower_matmul  # one file per idea
+    from axon.lower.matmul import lower_matmul, prepare_weights  # one file per idea
 
     for nid in sorted(roles.weight):
         batch_prep.extend(prepare_weights(st, nid))
@@ -325,11 +361,20 @@ def rows_expr(st: _State, j: Expr) -> Expr:
     return Expr.of(Affine.of("i_r") * (st.tm * st.mb)) + j_off(j, st.tm)
 
 
-def hbm_ref(st: _State, name: str, bmap: tuple[Affine, ...], row0: Expr | None, nrows: int, f0: Expr | int, nf: int,
-            shape: tuple[int, ...], transposed: bool = False) -> Ref:
+def hbm_ref(
+    st: _State,
+    name: str,
+    bmap: tuple[Affine, ...],
+    row0: Expr | None,
+    nrows: int,
+    f0: Expr | int,
+    nf: int,
+    shape: tuple[int, ...],
+    transposed: bool = False,
+) -> Ref:
     """View of an HBM tensor: batch indices, then [rows, free] (or [free, rows] when transposed)."""
     nb = len(shape) - 2
-    idx: list[tuple[Expr, int | None]] = [(Expr.of(a), None) for a in bmap[len(bmap) - nb:]] if nb else []
+    idx: list[tuple[Expr, int | None]] = [(Expr.of(a), None) for a in bmap[len(bmap) - nb :]] if nb else []
     r = (row0 if row0 is not None else Expr.of(0), nrows)
     f = (Expr.of(f0), nf)
     idx += [f, r] if transposed else [r, f]
@@ -351,8 +396,11 @@ def _bcast(st: _State, nid: int) -> list[Stmt]:
     dt = node.type.dtype
     shared = st.__dict__.setdefault("bcast_shared", {})
     if dt not in shared:  # one staging chunk, ones vector and PSUM bank serve every vector
-        shared[dt] = (st.tile(f"row_chunk_{dt}", 1, BANK_FP32, dt), st.tile(f"ones_{dt}", 1, PMAX, dt),
-                      st.__dict__.get("bcast_ps") or st.tile("bcast_psum", PMAX, BANK_FP32, "float32", "psum"))
+        shared[dt] = (
+            st.tile(f"row_chunk_{dt}", 1, BANK_FP32, dt),
+            st.tile(f"ones_{dt}", 1, PMAX, dt),
+            st.__dict__.get("bcast_ps") or st.tile("bcast_psum", PMAX, BANK_FP32, "float32", "psum"),
+        )
         st.__dict__["bcast_ps"] = shared[dt][2]
     row, ones, ps = shared[dt]
     full = st.tile(f"{node.attr('name')}_bcast", PMAX, f, "float32")
@@ -360,14 +408,38 @@ def _bcast(st: _State, nid: int) -> list[Stmt]:
     for c0 in range(0, f, BANK_FP32):
         cs = min(BANK_FP32, f - c0)
         src = Ref(node.attr("name"), ((Expr.of(0), 1), (Expr.of(c0), cs)), (1, f))
-        out.append(Instr("dma_copy", "dma", tile_ref(row.name, 0, 1, 0, cs), (("src", src),), f"{node.attr('name')} chunk as one row"))
-        out.append(Instr("nc_matmul", "tensor", tile_ref(ps.name, 0, PMAX, 0, cs),
-                         (("stationary", tile_ref(ones.name, 0, 1, 0, PMAX)), ("moving", tile_ref(row.name, 0, 1, 0, cs)),
-                          # the bank is shared by every broadcast vector: each chunk must overwrite it
-                          # (nc_matmul's default accumulates onto a location written before)
-                          ("accumulate", False)),
-                         "broadcast over partitions"))
-        out.append(Instr("tensor_copy", "vector", tile_ref(full.name, 0, PMAX, c0, cs), (("src", tile_ref(ps.name, 0, PMAX, 0, cs)),)))
+        out.append(
+            Instr(
+                "dma_copy",
+                "dma",
+                tile_ref(row.name, 0, 1, 0, cs),
+                (("src", src),),
+                f"{node.attr('name')} chunk as one row",
+            )
+        )
+        out.append(
+            Instr(
+                "nc_matmul",
+                "tensor",
+                tile_ref(ps.name, 0, PMAX, 0, cs),
+                (
+                    ("stationary", tile_ref(ones.name, 0, 1, 0, PMAX)),
+                    ("moving", tile_ref(row.name, 0, 1, 0, cs)),
+                    # the bank is shared by every broadcast vector: each chunk must overwrite it
+                    # (nc_matmul's default accumulates onto a location written before)
+                    ("accumulate", False),
+                ),
+                "broadcast over partitions",
+            )
+        )
+        out.append(
+            Instr(
+                "tensor_copy",
+                "vector",
+                tile_ref(full.name, 0, PMAX, c0, cs),
+                (("src", tile_ref(ps.name, 0, PMAX, 0, cs)),),
+            )
+        )
     st.bcast[nid] = View(full.name, 0, Expr.of(0), f, "float32")
     return out
 
@@ -382,13 +454,22 @@ def _stores(st: _State, p: Pass) -> list[Stmt]:
         shape = g.concrete_shape(o)
         dt = "float32" if _is_scratch(name) else g.nodes[o].type.dtype
 
-        def body(j: Expr, view: View = view, name: str = name, shape: tuple[int, ...] = shape, dt: str = dt) -> list[Stmt]:
+        def body(
+            j: Expr, view: View = view, name: str = name, shape: tuple[int, ...] = shape, dt: str = dt
+        ) -> list[Stmt]:
             stmts: list[Stmt] = []
             src = view.ref(j, st.tm)
             if view.dtype != dt:
                 stage = st.tile(f"{name}_stage", st.tm, shape[-1], dt)
-                stmts.append(Instr("tensor_copy", "vector", tile_ref(stage.name, 0, st.tm, 0, shape[-1]), (("src", src),),
-                                   f"cast to {dt}"))
+                stmts.append(
+                    Instr(
+                        "tensor_copy",
+                        "vector",
+                        tile_ref(stage.name, 0, st.tm, 0, shape[-1]),
+                        (("src", src),),
+                        f"cast to {dt}",
+                    )
+                )
                 src = tile_ref(stage.name, 0, st.tm, 0, shape[-1])
             dst = hbm_ref(st, name, st.roles.bmap[o], rows_expr(st, j), st.tm, 0, shape[-1], shape)
             stmts.append(Instr("dma_copy", "dma", dst, (("src", src),), f"store {name}"))

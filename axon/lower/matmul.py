@@ -10,7 +10,7 @@ The first K tile is peeled so that it starts the accumulation group (`accumulate
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from axon.ir import Node
 from axon.lower.elementwise import new_view, out_dtype
@@ -53,8 +53,15 @@ def prepare_weights(st: _State, mm: int) -> list[Stmt]:
     if not w.transposed:
         kt = Affine.of("i_k")
         tile = tile_ref(res.name, 0, tk, Expr.of(kt * n), n)
-        body: tuple[Stmt, ...] = (Instr("dma_copy", "dma", tile, (("src", hbm_ref(st, w.input, w.bmap, Expr.of(kt * tk), tk, 0, n, src_shape)),),
-                                        f"{w.input} resident"),) + _scaled(st, mm, tile, Expr.of(kt))
+        body: tuple[Stmt, ...] = (
+            Instr(
+                "dma_copy",
+                "dma",
+                tile,
+                (("src", hbm_ref(st, w.input, w.bmap, Expr.of(kt * tk), tk, 0, n, src_shape)),),
+                f"{w.input} resident",
+            ),
+        ) + _scaled(st, mm, tile, Expr.of(kt))
         return scale + [Loop("i_k", nk, body, "weight_k")]
     # W = Y.T with Y [.., N, K] in HBM: chunks of <= 128 rows of Y become columns of W
     cs = min(PMAX, n)
@@ -70,14 +77,21 @@ def prepare_weights(st: _State, mm: int) -> list[Stmt]:
         pt = st.tile("wT_psum", PMAX, BANK, "float32", "psum")
         inner = [
             Instr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, tk), (("src", src),)),
-            Instr("nc_transpose", "tensor", tile_ref(pt.name, 0, tk, 0, cs), (("data", tile_ref(raw.name, 0, cs, 0, tk)),),
-                  f"{w.input}.T on TensorE"),
+            Instr(
+                "nc_transpose",
+                "tensor",
+                tile_ref(pt.name, 0, tk, 0, cs),
+                (("data", tile_ref(raw.name, 0, cs, 0, tk)),),
+                f"{w.input}.T on TensorE",
+            ),
             Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, tk, 0, cs)),)),
         ]
     out = scale + [Loop("i_c", n // cs, (Loop("i_k", nk, tuple(inner), "weight_k"),), "weight_chunk")]
     if w.scale is not None:
         kt = Affine.of("i_k")
-        out.append(Loop("i_k", nk, _scaled(st, mm, tile_ref(res.name, 0, tk, Expr.of(kt * n), n), Expr.of(kt)), "weight_scale"))
+        out.append(
+            Loop("i_k", nk, _scaled(st, mm, tile_ref(res.name, 0, tk, Expr.of(kt * n), n), Expr.of(kt)), "weight_scale")
+        )
     return out
 
 
@@ -89,8 +103,22 @@ def _scale_column(st: _State, mm: int, w: Weight, k: int, tk: int, nk: int) -> l
     st.__dict__.setdefault("wscale", {})[mm] = col.name
     kt = Affine.of("i_k")
     src = Ref(w.scale, ((Expr.of(kt * tk), tk), (Expr.of(0), 1)), (k, 1))
-    return [Loop("i_k", nk, (Instr("dma_copy", "dma", tile_ref(col.name, 0, tk, Expr.of(kt), 1), (("src", src),),
-                                   f"{w.scale} as one column per K tile"),), "scale_k")]
+    return [
+        Loop(
+            "i_k",
+            nk,
+            (
+                Instr(
+                    "dma_copy",
+                    "dma",
+                    tile_ref(col.name, 0, tk, Expr.of(kt), 1),
+                    (("src", src),),
+                    f"{w.scale} as one column per K tile",
+                ),
+            ),
+            "scale_k",
+        )
+    ]
 
 
 def _scaled(st: _State, mm: int, tile: Ref, kt: Expr) -> tuple[Stmt, ...]:
@@ -98,9 +126,15 @@ def _scaled(st: _State, mm: int, tile: Ref, kt: Expr) -> tuple[Stmt, ...]:
     col = st.__dict__.get("wscale", {}).get(mm)
     if col is None:
         return ()
-    return (Instr("tensor_scalar", "vector", tile, (("data", tile), ("op0", "nl.multiply"),
-                                                    ("operand0", tile_ref(col, 0, tile.index[0][1], kt, 1))),
-                  "scale the weight's rows"),)
+    return (
+        Instr(
+            "tensor_scalar",
+            "vector",
+            tile,
+            (("data", tile), ("op0", "nl.multiply"), ("operand0", tile_ref(col, 0, tile.index[0][1], kt, 1))),
+            "scale the weight's rows",
+        ),
+    )
 
 
 def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
@@ -114,7 +148,7 @@ def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
     role = st.roles.role[a]
     src_node = g.nodes[g.nodes[a].inputs[0]] if role == "rowT" else g.nodes[a]
     bufs = max(1, int(st.knobs["bufs"]))  # a row block's A^T rotates like its loaded tiles, so the next
-    slot = st.mb * nk * tm                 # block's transposes need not wait for this block's matmuls
+    slot = st.mb * nk * tm  # block's transposes need not wait for this block's matmuls
     aT = st.tile(f"t{a}_T", tk, bufs * slot, dt if role != "rowT" else src_node.type.dtype)
     rotate = bufs > 1 and st.__dict__.get("tail_base") is None
     base = Expr.of(Affine.of("i_r").modulo(bufs, slot)) if rotate else Expr.of(0)
@@ -128,18 +162,25 @@ def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
         rows = rows_expr(st, j)
         shape = g.concrete_shape(src_node.id)
         if role == "rowT":  # HBM [.., K, M]: already the stationary layout
-            src = hbm_ref(st, src_node.attr("name"), st.roles.bmap[src_node.id], rows, tm, Expr.of(kt * tk), tk, shape, True)
+            src = hbm_ref(
+                st, src_node.attr("name"), st.roles.bmap[src_node.id], rows, tm, Expr.of(kt * tk), tk, shape, True
+            )
             inner: list[Stmt] = [Instr("dma_copy", "dma", dst, (("src", src),), "stationary, no transpose needed")]
         elif a not in st.views:  # an HBM input read only here
             src = hbm_ref(st, src_node.attr("name"), st.roles.bmap[a], rows, tm, Expr.of(kt * tk), tk, shape)
             inner = [Instr("dma_transpose", "dma", dst, (("src", src),), "stationary by DMA transpose")]
         else:
-            pt = st.__dict__.get("pt") or st.tile("transpose_psum", PMAX, BANK, "float32", "psum", tiles=pbufs if pbufs > 1 else 0)
+            pt = st.__dict__.get("pt") or st.tile(
+                "transpose_psum", PMAX, BANK, "float32", "psum", tiles=pbufs if pbufs > 1 else 0
+            )
             st.__dict__["pt"] = pt
             view = st.views[a]
             data = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + kt * tk, tk)
-            tp = (Ref(pt.name, ((Expr.of(kt.modulo(pt.tiles)), None), (Expr.of(0), tk), (Expr.of(0), tm))) if pt.tiles
-                  else tile_ref(pt.name, 0, tk, 0, tm))
+            tp = (
+                Ref(pt.name, ((Expr.of(kt.modulo(pt.tiles)), None), (Expr.of(0), tk), (Expr.of(0), tm)))
+                if pt.tiles
+                else tile_ref(pt.name, 0, tk, 0, tm)
+            )
             inner = [
                 Instr("nc_transpose", "tensor", tp, (("data", data),), "stationary on TensorE"),
                 Instr("tensor_copy", "vector", dst, (("src", tp),)),
@@ -218,8 +259,14 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
     def matmuls(acc: Callable[[Expr], Ref], moving: Ref, kt: Expr, first: bool) -> list[Stmt]:
         def mm(j: Expr) -> list[Stmt]:
             stationary = tile_ref(aT, 0, tk, aT_base + j_off(j, nk * tm) + _scale(kt, tm), tm)
-            return [Instr("nc_matmul", "tensor", acc(j),
-                          (("stationary", stationary), ("moving", moving), ("accumulate", not first)))]
+            return [
+                Instr(
+                    "nc_matmul",
+                    "tensor",
+                    acc(j),
+                    (("stationary", stationary), ("moving", moving), ("accumulate", not first)),
+                )
+            ]
 
         return for_j(st, mm)
 

@@ -11,9 +11,9 @@ roles is cut into an earlier pass; this module never emits instructions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping
 
 from axon.errors import AxonError
 from axon.ir import Graph, GraphBuilder, Node, TensorType
@@ -116,8 +116,12 @@ def classify(graph: Graph) -> Roles:
 def _assign(roles: Roles, nid: int, role: str, bmap: tuple[Affine, ...]) -> None:
     old = roles.role.get(nid)
     if old is not None and (old != role or roles.bmap.get(nid) != bmap):
-        raise NeedCut(nid) if roles.graph.nodes[nid].op != "input" else LoweringError(
-            f"{roles.graph.name}: input {roles.graph.nodes[nid].attr('name')} is used in two layouts ({old}, {role})"
+        raise (
+            NeedCut(nid)
+            if roles.graph.nodes[nid].op != "input"
+            else LoweringError(
+                f"{roles.graph.name}: input {roles.graph.nodes[nid].attr('name')} is used in two layouts ({old}, {role})"
+            )
         )
     roles.role[nid] = role
     roles.bmap[nid] = bmap
@@ -139,7 +143,13 @@ def _row_operand(roles: Roles, node: Node, i: int) -> None:
         roles.role[i] = "scalar"
         roles.scalar[i] = value
         return
-    if len(shape) >= 2 and shape[-2] == nshape[-2] and shape[-2] != 1 or len(shape) >= 2 and nshape[-2] == 1 == shape[-2]:
+    if (
+        len(shape) >= 2
+        and shape[-2] == nshape[-2]
+        and shape[-2] != 1
+        or len(shape) >= 2
+        and nshape[-2] == 1 == shape[-2]
+    ):
         _assign(roles, i, "row", _operand_bmap(roles.bmap[node.id], nshape, shape))
         return
     if shape and all(s == 1 for s in shape[:-1]):
@@ -147,7 +157,9 @@ def _row_operand(roles: Roles, node: Node, i: int) -> None:
             raise NeedCut(i)
         _assign(roles, i, "bcast", ())
         return
-    raise LoweringError(f"{g.name}: {node.op} operand of shape {list(shape)} does not broadcast over rows of {list(nshape)}")
+    raise LoweringError(
+        f"{g.name}: {node.op} operand of shape {list(shape)} does not broadcast over rows of {list(nshape)}"
+    )
 
 
 def _visit(roles: Roles, node: Node) -> None:
@@ -163,7 +175,9 @@ def _visit(roles: Roles, node: Node) -> None:
             _row_operand(roles, node, i)
     elif op == "reduce":
         if node.attr("axis") != rank - 1 or not node.attr("keepdims"):
-            raise LoweringError(f"{g.name}: only reductions over the last axis with keepdims are lowered (node %{node.id})")
+            raise LoweringError(
+                f"{g.name}: only reductions over the last axis with keepdims are lowered (node %{node.id})"
+            )
         _assign(roles, node.inputs[0], "row", bmap)
     elif op == "matmul":
         left, right = node.inputs
@@ -195,8 +209,10 @@ def _visit(roles: Roles, node: Node) -> None:
     elif op == "transpose":
         src = g.nodes[node.inputs[0]]
         if not _swaps_last_two(node) or src.op != "input":
-            raise NeedCut(node.inputs[0]) if src.op != "input" else LoweringError(
-                f"{g.name}: transpose {node.attr('axes')} is not lowered (only the last two axes)"
+            raise (
+                NeedCut(node.inputs[0])
+                if src.op != "input"
+                else LoweringError(f"{g.name}: transpose {node.attr('axes')} is not lowered (only the last two axes)")
             )
         _assign(roles, node.inputs[0], "tload", bmap)
     elif op in ("reshape",):
@@ -239,8 +255,12 @@ def _k_scale(g: Graph, node: Node) -> Node | None:
     for i in node.inputs:
         v = g.nodes[i]
         users = [u for u in g.nodes if i in u.inputs]
-        if v.op == "input" and len(g.concrete_shape(i)) == 1 and g.concrete_shape(i)[0] == g.concrete_shape(node.id)[-1] \
-                and len(users) == 1:
+        if (
+            v.op == "input"
+            and len(g.concrete_shape(i)) == 1
+            and g.concrete_shape(i)[0] == g.concrete_shape(node.id)[-1]
+            and len(users) == 1
+        ):
             return v
     return None
 
@@ -319,7 +339,9 @@ def _split_once(graph: Graph, cuts: set[int]) -> list[Pass]:
             if n.op == "input":
                 new = b.input(n.attr("name"), n.type)
             elif n.id in materialized and n.id not in group:
-                new = b.input(scratch_name(graph, n.id), TensorType(n.type.shape, "float32" if n.id in cuts else n.type.dtype))
+                new = b.input(
+                    scratch_name(graph, n.id), TensorType(n.type.shape, "float32" if n.id in cuts else n.type.dtype)
+                )
             else:
                 new = b.copy_node(n, [remap[i] for i in n.inputs])
             remap[n.id] = new

@@ -7,8 +7,9 @@ NKI source and `interpret` runs it on NumPy. It deliberately holds no array data
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 # An index expression: sum(coef * loop_var) + const, optionally floor-divided by `div`
 # (np.repeat over a batch axis maps output head h to input head h // repeats).
@@ -23,14 +24,14 @@ class Affine:
     mul: int = 1  # applied after div and mod
 
     @staticmethod
-    def of(value: "AffineLike") -> "Affine":
+    def of(value: AffineLike) -> Affine:
         if isinstance(value, Affine):
             return value
         if isinstance(value, str):
             return Affine(((value, 1),))
         return Affine((), int(value))
 
-    def __add__(self, other: "AffineLike") -> "Affine":
+    def __add__(self, other: AffineLike) -> Affine:
         o = Affine.of(other)
         if not (self.plain and o.plain):
             raise ValueError("cannot add to a floor-divided index")
@@ -39,15 +40,15 @@ class Affine:
             merged[v] = merged.get(v, 0) + c
         return Affine(tuple(sorted((v, c) for v, c in merged.items() if c)), self.const + o.const)
 
-    def __mul__(self, k: int) -> "Affine":
+    def __mul__(self, k: int) -> Affine:
         if not self.plain:
             raise ValueError("cannot scale a floor-divided index")
         return Affine(tuple((v, c * k) for v, c in self.terms if c * k), self.const * k)
 
-    def floordiv(self, k: int) -> "Affine":
+    def floordiv(self, k: int) -> Affine:
         return self if k == 1 else Affine(self.terms, self.const, self.div * k)
 
-    def modulo(self, k: int, then_mul: int = 1) -> "Affine":
+    def modulo(self, k: int, then_mul: int = 1) -> Affine:
         return Affine(self.terms, self.const, self.div, k, then_mul)
 
     @property
@@ -82,12 +83,12 @@ class Expr:
     parts: tuple[Affine, ...]
 
     @staticmethod
-    def of(value: "ExprLike") -> "Expr":
+    def of(value: ExprLike) -> Expr:
         if isinstance(value, Expr):
             return value
         return Expr((Affine.of(value),))
 
-    def __add__(self, other: "ExprLike") -> "Expr":
+    def __add__(self, other: ExprLike) -> Expr:
         o = Expr.of(other)
         plain = [a for a in self.parts + o.parts if a.plain]
         rest = [a for a in self.parts + o.parts if not a.plain]
@@ -219,7 +220,7 @@ class Loop:
 
     var: str
     extent: int
-    body: tuple["Stmt", ...]
+    body: tuple[Stmt, ...]
     name: str = ""
 
 

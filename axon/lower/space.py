@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from axon.errors import AxonError
 from axon.ir import Graph
@@ -41,7 +42,7 @@ class Point:
     knobs: tuple[tuple[str, Any], ...]
 
     @staticmethod
-    def of(values: Mapping[str, Any]) -> "Point":
+    def of(values: Mapping[str, Any]) -> Point:
         return Point(tuple(sorted(values.items())))
 
     def __getitem__(self, name: str) -> Any:
@@ -82,13 +83,22 @@ class Space:
                 seen.add(key)
                 fusions.append(name)
         pmax = hw.memory.partitions
-        knobs = [Knob("fusion", tuple(fusions)), Knob("tile_m", (pmax, pmax // 2, pmax // 4)), Knob("m_block", (1, 2, 4)),
-                 Knob("bufs", (1, 2, 3))]
+        knobs = [
+            Knob("fusion", tuple(fusions)),
+            Knob("tile_m", (pmax, pmax // 2, pmax // 4)),
+            Knob("m_block", (1, 2, 4)),
+            Knob("bufs", (1, 2, 3)),
+        ]
         needs_transpose = has_mm or any(n.op == "transpose" for n in g.nodes)
         if has_mm:
-            knobs += [Knob("tile_n", (hw.tensor_engine.moving_fmax, 256, 128)),
-                      Knob("tile_k", (hw.tensor_engine.rows, hw.tensor_engine.rows // 2)),
-                      Knob("psum_bufs", (1, 2)), Knob("loop_order", ("nk", "kn2", "kn4")), Knob("weights", ("stream", "resident")), Knob("evac", ("vector", "scalar"))]
+            knobs += [
+                Knob("tile_n", (hw.tensor_engine.moving_fmax, 256, 128)),
+                Knob("tile_k", (hw.tensor_engine.rows, hw.tensor_engine.rows // 2)),
+                Knob("psum_bufs", (1, 2)),
+                Knob("loop_order", ("nk", "kn2", "kn4")),
+                Knob("weights", ("stream", "resident")),
+                Knob("evac", ("vector", "scalar")),
+            ]
         if needs_transpose:
             knobs.append(Knob("transpose", ("pe", "dma")))
         self.isel = dict(isel) if isel is not None else self._isel_choices()

@@ -3,4 +3,14 @@
 from axon.measure.backend import Backend, Measurement, NeuronBackend, SimBackend, get_backend, kernel_hash
 from axon.measure.records import Record, RecordDB, task_key
 
-__all__ = ["Backend", "Measurement", "NeuronBackend", "Record", "RecordDB", "SimBackend", "get_backend", "kernel_hash", "task_key"]
+__all__ = [
+    "Backend",
+    "Measurement",
+    "NeuronBackend",
+    "Record",
+    "RecordDB",
+    "SimBackend",
+    "get_backend",
+    "kernel_hash",
+    "task_key",
+]

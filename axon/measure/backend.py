@@ -12,9 +12,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from axon.errors import AxonError, BackendError
 from axon.target import HardwareSpec
@@ -113,7 +114,9 @@ class SimBackend:
                 loops = {l.id: l.trip_count for l in probe.loops if l.parent is None and l.trip_count >= steps}
             if not loops:
                 trace = nki.trace(fn, *specs, hw=hw)
-                return _measurement(self.name, sim.simulate(trace, hw), len(trace.instructions), start, {"timing": "whole"})
+                return _measurement(
+                    self.name, sim.simulate(trace, hw), len(trace.instructions), start, {"timing": "whole"}
+                )
             # the same fraction of every cut loop, the smallest getting 2 iterations in the first run
             div = min(steps, min(loops.values()) // 2)
             ta = nki.trace(fn, *specs, hw=hw, loop_limit=cut(1, div))
@@ -152,8 +155,13 @@ def _per_loop(trace: Any, timing: Any, cut: dict[int, int]) -> dict[int, dict[st
             out[lid] = {"span": 0.0, "n": 0.0, "dma_bytes": 0.0}
             continue
         row: dict[str, float] = {"span": float(tl.end_ns[idx].max() - tl.start_ns[idx].min()), "n": float(len(idx))}
-        row["dma_bytes"] = float(sum(sum(acc.nbytes for acc in trace.instructions[i].reads)
-                                     for i in idx if trace.instructions[i].engine == "dma"))
+        row["dma_bytes"] = float(
+            sum(
+                sum(acc.nbytes for acc in trace.instructions[i].reads)
+                for i in idx
+                if trace.instructions[i].engine == "dma"
+            )
+        )
         for i in idx:
             lane = tl.lane[i]
             eng = "dma" if lane.startswith("dma") else lane
@@ -162,8 +170,9 @@ def _per_loop(trace: Any, timing: Any, cut: dict[int, int]) -> dict[int, dict[st
     return out
 
 
-def _extrapolated(name: str, run_a: tuple[Any, Any], run_b: tuple[Any, Any], counts: dict[int, tuple[int, int, int]],
-                  start: float) -> Measurement:
+def _extrapolated(
+    name: str, run_a: tuple[Any, Any], run_b: tuple[Any, Any], counts: dict[int, tuple[int, int, int]], start: float
+) -> Measurement:
     """The whole kernel's figures from two partial traces. `counts[loop] = (iterations in run a, in
     run b, trip count)`. Latency: the growth from run a to run b, repeated until every loop is whole
     (each loop's share of the growth follows the growth of its own span when trip counts differ).
@@ -192,8 +201,11 @@ def _extrapolated(name: str, run_a: tuple[Any, Any], run_b: tuple[Any, Any], cou
         dma_bytes=int(round(dma)),
         instructions=int(round(n)),
         wall_s=time.perf_counter() - start,
-        details={"timing": "extrapolated", "cut_loops": {str(k): list(v) for k, v in counts.items()},
-                 "simulated_instructions": len(ta.instructions) + len(tb.instructions)},
+        details={
+            "timing": "extrapolated",
+            "cut_loops": {str(k): list(v) for k, v in counts.items()},
+            "simulated_instructions": len(ta.instructions) + len(tb.instructions),
+        },
     )
 
 
@@ -233,7 +245,9 @@ class NeuronBackend:
         import numpy as np  # pragma: no cover - needs a Trainium instance
         from neuronxcc import nki as sdk_nki  # type: ignore[import-not-found]  # pragma: no cover
 
-        path = write_kernel(source.replace("import nki\n", "import neuronxcc.nki as nki\n"), self.kernel_dir)  # pragma: no cover
+        path = write_kernel(
+            source.replace("import nki\n", "import neuronxcc.nki as nki\n"), self.kernel_dir
+        )  # pragma: no cover
         spec = importlib.util.spec_from_file_location(path.stem, path)  # pragma: no cover
         module = importlib.util.module_from_spec(spec)  # pragma: no cover
         spec.loader.exec_module(module)  # type: ignore[union-attr]  # pragma: no cover

@@ -12,9 +12,10 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from axon.errors import StoreError
 
@@ -53,8 +54,24 @@ CREATE TABLE IF NOT EXISTS claims (
 """
 
 _COLUMNS = (
-    "created", "task", "workload", "shapes", "dtype", "hw", "hw_hash", "backend", "variant_hash", "point",
-    "kernel_hash", "features", "latency_ns", "status", "error", "measurement", "axon_version", "run_id",
+    "created",
+    "task",
+    "workload",
+    "shapes",
+    "dtype",
+    "hw",
+    "hw_hash",
+    "backend",
+    "variant_hash",
+    "point",
+    "kernel_hash",
+    "features",
+    "latency_ns",
+    "status",
+    "error",
+    "measurement",
+    "axon_version",
+    "run_id",
 )
 _JSON = ("shapes", "point", "features", "measurement")
 
@@ -140,7 +157,7 @@ class RecordDB:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "RecordDB":
+    def __enter__(self) -> RecordDB:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -170,13 +187,15 @@ class RecordDB:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             row = self._conn.execute(
-                "SELECT host, pid FROM claims WHERE kernel_hash=? AND backend=? AND hw_hash=?", (kernel_hash, backend, hw_hash)
+                "SELECT host, pid FROM claims WHERE kernel_hash=? AND backend=? AND hw_hash=?",
+                (kernel_hash, backend, hw_hash),
             ).fetchone()
             if row is not None and tuple(row) != me and not (row[0] == me[0] and not _alive(row[1])):
                 self._conn.execute("COMMIT")
                 return False
             self._conn.execute(
-                "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)", (kernel_hash, backend, hw_hash, me[0], me[1], time.time())
+                "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)",
+                (kernel_hash, backend, hw_hash, me[0], me[1], time.time()),
             )
             self._conn.execute("COMMIT")
             return True

@@ -7,7 +7,21 @@ naming the kernel line, and records the instruction `Trace` the timing simulator
 
 from axon.nki.runner import Kernel, jit, load_kernel, load_source, run, run_with_trace, simulate_kernel, trace
 from axon.nki.shim import install_import_shim
-from axon.nki.trace import Access, Alloc, Instr, Loop, Trace
+from axon.target.trace import Access, Alloc, Instr, Loop, Trace
 
-__all__ = ["Access", "Alloc", "Instr", "Kernel", "Loop", "Trace", "install_import_shim", "jit", "load_kernel",
-           "load_source", "run", "run_with_trace", "simulate_kernel", "trace"]
+__all__ = [
+    "Access",
+    "Alloc",
+    "Instr",
+    "Kernel",
+    "Loop",
+    "Trace",
+    "install_import_shim",
+    "jit",
+    "load_kernel",
+    "load_source",
+    "run",
+    "run_with_trace",
+    "simulate_kernel",
+    "trace",
+]

@@ -47,8 +47,10 @@ def check_input_memory(specs: list[tuple[str, tuple[int, ...], str]], memory_byt
     total = memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need > total / 2:
         gib = 2**30
-        raise NKIError(f"--input arrays need about {need / gib:,.1f} GiB to emulate, more than half of this machine's "
-                       f"{total / gib:,.1f} GiB: use smaller inputs")
+        raise NKIError(
+            f"--input arrays need about {need / gib:,.1f} GiB to emulate, more than half of this machine's "
+            f"{total / gib:,.1f} GiB: use smaller inputs"
+        )
 
 
 def random_array(shape: tuple[int, ...], dtype: str, rng: Any) -> Any:
@@ -82,4 +84,6 @@ def run_cmd(kernel: str, inputs: tuple[str, ...], hw: str, seed: int) -> None:
     outs = axon.nki.run(fn, *arrays, hw=hw)
     for i, out in enumerate(outs if isinstance(outs, tuple) else (outs,)):
         finite = bool(np.all(np.isfinite(out.astype(np.float32))))
-        click.echo(f"output {i}: shape {list(out.shape)} dtype {out.dtype.name}" + ("" if finite else " (non-finite values)"))
+        click.echo(
+            f"output {i}: shape {list(out.shape)} dtype {out.dtype.name}" + ("" if finite else " (non-finite values)")
+        )

@@ -28,8 +28,16 @@ class _Allocators:
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
-    def mod_alloc(self, base_addr: int = 0, base_partition: int = 0, num_par_tiles: Any = (),
-                  num_free_tiles: Any = (), base_bank: int | None = None, num_bank_tiles: Any = (), **_: Any) -> DirectBuffer:
+    def mod_alloc(
+        self,
+        base_addr: int = 0,
+        base_partition: int = 0,
+        num_par_tiles: Any = (),
+        num_free_tiles: Any = (),
+        base_bank: int | None = None,
+        num_bank_tiles: Any = (),
+        **_: Any,
+    ) -> DirectBuffer:
         if self.kind == "psum":
             return DirectBuffer("psum", "psum", int(base_bank or 0), tuple(int(t) for t in num_bank_tiles), True)
         return DirectBuffer("sbuf", "sbuf", int(base_addr), tuple(int(t) for t in num_free_tiles), False)

@@ -9,32 +9,93 @@ from typing import Any
 
 from axon.errors import NKIError
 from axon.nki import instructions as I
+from axon.nki.instructions import (
+    activation,
+    activation_reduce,
+    bn_aggr,
+    bn_stats,  # noqa: F401
+    engine,
+    gpsimd_engine,
+    matmul_perf_mode,
+    memset,
+    nc_matmul,
+    nc_matmul_mx,
+    nc_transpose,
+    quantize_mx,
+    reciprocal,
+    reduce_cmd,
+    scalar_engine,
+    scalar_tensor_tensor,
+    tensor_copy,
+    tensor_engine,
+    tensor_reduce,
+    tensor_scalar,
+    tensor_scalar_reduce,
+    tensor_tensor,
+    tensor_tensor_scan,
+    unknown_engine,
+    vector_engine,
+)
 from axon.nki.machine import get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
-from axon.nki.instructions import (activation, activation_reduce, bn_aggr, bn_stats,  # noqa: F401
-                                   engine, gpsimd_engine, matmul_perf_mode,
-                                   memset, nc_matmul, nc_matmul_mx, nc_transpose, quantize_mx, reciprocal,
-                                   reduce_cmd, scalar_engine, scalar_tensor_tensor, tensor_copy, tensor_engine,
-                                   tensor_reduce, tensor_scalar, tensor_scalar_reduce, tensor_tensor,
-                                   tensor_tensor_scan, unknown_engine, vector_engine)
 
 # The nki.isa instructions of the Neuron 2.28-2.30 API reference that are not emulated.
-NOT_EMULATED = ("tensor_partition_reduce", "tensor_scalar_cumulative", "tensor_copy_predicated", "exponential",
-                "dropout", "range_select", "select_reduce", "sequence_bounds", "local_gather", "nc_n_gather",
-                "dma_compute", "max8", "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "register_alloc",
-                "register_load", "register_move", "register_store", "core_barrier", "sendrecv", "rng", "rand2",
-                "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count", "activate2",
-                "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst")
+NOT_EMULATED = (
+    "tensor_partition_reduce",
+    "tensor_scalar_cumulative",
+    "tensor_copy_predicated",
+    "exponential",
+    "dropout",
+    "range_select",
+    "select_reduce",
+    "sequence_bounds",
+    "local_gather",
+    "nc_n_gather",
+    "dma_compute",
+    "max8",
+    "nc_find_index8",
+    "nc_match_replace8",
+    "nc_stream_shuffle",
+    "register_alloc",
+    "register_load",
+    "register_move",
+    "register_store",
+    "core_barrier",
+    "sendrecv",
+    "rng",
+    "rand2",
+    "rand_set_state",
+    "rand_get_state",
+    "set_rng_seed",
+    "nonzero_with_count",
+    "activate2",
+    "tensor_copy_dynamic_src",
+    "tensor_copy_dynamic_dst",
+)
 
 
-def dma_copy(dst: Any, src: Any, priority: Any = None, oob_mode: Any = None, dge_mode: Any = None,
-             engine: Any = None, name: Any = None) -> Any:
+def dma_copy(
+    dst: Any,
+    src: Any,
+    priority: Any = None,
+    oob_mode: Any = None,
+    dge_mode: Any = None,
+    engine: Any = None,
+    name: Any = None,
+) -> Any:
     """`nisa.dma_copy(dst, src, ...)`: dst = src, casting through float32 (Neuron 2.30). The current
     API has no `mask=`; its descriptor and priority options do not change the data."""
     return I.dma_copy(dst, src)
 
 
-def dma_transpose(dst: Any, src: Any, axes: Any = None, priority: Any = None, dge_mode: Any = None,
-                  oob_mode: Any = None, name: Any = None) -> Any:
+def dma_transpose(
+    dst: Any,
+    src: Any,
+    axes: Any = None,
+    priority: Any = None,
+    dge_mode: Any = None,
+    oob_mode: Any = None,
+    name: Any = None,
+) -> Any:
     """`nisa.dma_transpose(dst, src, axes=(1, 0))` of a 2-D access (Neuron 2.30)."""
     if axes is not None and tuple(axes) != (1, 0):
         from axon.nki.machine import active
@@ -51,8 +112,16 @@ def iota(dst: Any, pattern: Any, offset: int = 0, channel_multiplier: int = 0, n
     return I.iota(dst, pattern, offset)
 
 
-def affine_select(dst: Any, pattern: Any, channel_multiplier: Any = 0, on_true_tile: Any = None,
-                  on_false_value: Any = None, cmp_op: Any = None, offset: int = 0, name: Any = None) -> Any:
+def affine_select(
+    dst: Any,
+    pattern: Any,
+    channel_multiplier: Any = 0,
+    on_true_tile: Any = None,
+    on_false_value: Any = None,
+    cmp_op: Any = None,
+    offset: int = 0,
+    name: Any = None,
+) -> Any:
     """`nisa.affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=nl.equal,
     offset=0)` (Neuron 2.30); `affine_select(dst, pred, on_true_tile, on_false_value)` with an
     `nl.arange` predicate keeps the older form."""
@@ -61,8 +130,16 @@ def affine_select(dst: Any, pattern: Any, channel_multiplier: Any = 0, on_true_t
             # older positional form: (dst, pred, on_true_tile, on_false_value)
             channel_multiplier, on_true_tile, on_false_value = 0, channel_multiplier, on_true_tile
         return I.affine_select(dst, pattern, on_true_tile, on_false_value)
-    return I.affine_select(dst, None, on_true_tile, on_false_value, pattern=pattern, offset=offset,
-                           channel_multiplier=channel_multiplier, cmp_op=cmp_op)
+    return I.affine_select(
+        dst,
+        None,
+        on_true_tile,
+        on_false_value,
+        pattern=pattern,
+        offset=offset,
+        channel_multiplier=channel_multiplier,
+        cmp_op=cmp_op,
+    )
 
 
 def __getattr__(name: str) -> Any:

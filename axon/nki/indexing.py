@@ -44,7 +44,7 @@ class IndexExpr:
             out[pos] = size
         return tuple(out)
 
-    def __getitem__(self, key: Any) -> "IndexExpr":
+    def __getitem__(self, key: Any) -> IndexExpr:
         # Positioning a 1-D arange: [:, None] -> axis 0 of 2, [None, :] -> axis 1 of 2.
         key = key if isinstance(key, tuple) else (key,)
         if len(self.terms) != 1 or self.terms[0][3] != 1:
@@ -55,7 +55,7 @@ class IndexExpr:
         vid, size, _, _, coef = self.terms[0]
         return IndexExpr(((vid, size, slots[0], len(key), coef),), self.const)
 
-    def _combine(self, other: Any, sign: int) -> "IndexExpr":
+    def _combine(self, other: Any, sign: int) -> IndexExpr:
         if isinstance(other, IndexExpr):
             merged: dict[int, list[int]] = {t[0]: list(t) for t in self.terms}
             for t in other.terms:
@@ -69,21 +69,21 @@ class IndexExpr:
             return IndexExpr(self.terms, self.const + sign * int(other))
         return NotImplemented
 
-    def __add__(self, other: Any) -> "IndexExpr":
+    def __add__(self, other: Any) -> IndexExpr:
         return self._combine(other, 1)
 
     __radd__ = __add__
 
-    def __sub__(self, other: Any) -> "IndexExpr":
+    def __sub__(self, other: Any) -> IndexExpr:
         return self._combine(other, -1)
 
-    def __rsub__(self, other: Any) -> "IndexExpr":
+    def __rsub__(self, other: Any) -> IndexExpr:
         return (self * -1) + other
 
-    def __neg__(self) -> "IndexExpr":
+    def __neg__(self) -> IndexExpr:
         return self * -1
 
-    def __mul__(self, other: Any) -> "IndexExpr":
+    def __mul__(self, other: Any) -> IndexExpr:
         if not isinstance(other, (int, np.integer)):
             return NotImplemented
         k = int(other)
@@ -91,28 +91,28 @@ class IndexExpr:
 
     __rmul__ = __mul__
 
-    def _cmp(self, other: Any, op: str) -> "Predicate":
+    def _cmp(self, other: Any, op: str) -> Predicate:
         diff = self - other
         if diff is NotImplemented:
             return NotImplemented
         return Predicate(((diff, op),))
 
-    def __lt__(self, other: Any) -> "Predicate":
+    def __lt__(self, other: Any) -> Predicate:
         return self._cmp(other, "<")
 
-    def __le__(self, other: Any) -> "Predicate":
+    def __le__(self, other: Any) -> Predicate:
         return self._cmp(other, "<=")
 
-    def __gt__(self, other: Any) -> "Predicate":
+    def __gt__(self, other: Any) -> Predicate:
         return self._cmp(other, ">")
 
-    def __ge__(self, other: Any) -> "Predicate":
+    def __ge__(self, other: Any) -> Predicate:
         return self._cmp(other, ">=")
 
-    def __eq__(self, other: Any) -> "Predicate":  # type: ignore[override]
+    def __eq__(self, other: Any) -> Predicate:  # type: ignore[override]
         return self._cmp(other, "==")
 
-    def __ne__(self, other: Any) -> "Predicate":  # type: ignore[override]
+    def __ne__(self, other: Any) -> Predicate:  # type: ignore[override]
         return self._cmp(other, "!=")
 
     __hash__ = object.__hash__
@@ -139,7 +139,7 @@ def arange(*args: int) -> IndexExpr:
 class _MGrid:
     """`nl.mgrid[0:128, 0:512]`: one positioned index expression per axis (`.p`, `.x` names)."""
 
-    def __getitem__(self, key: Any) -> "MGrid":
+    def __getitem__(self, key: Any) -> MGrid:
         key = key if isinstance(key, tuple) else (key,)
         exprs = []
         for pos, k in enumerate(key):
@@ -183,7 +183,7 @@ class Predicate:
     def __init__(self, atoms: tuple[tuple[IndexExpr, str], ...]) -> None:
         self.atoms = atoms
 
-    def __and__(self, other: "Predicate") -> "Predicate":
+    def __and__(self, other: Predicate) -> Predicate:
         return Predicate(self.atoms + other.atoms)
 
     def evaluate(self, shape: tuple[int, ...]) -> np.ndarray:
@@ -201,8 +201,10 @@ class Predicate:
         out: dict[int, tuple[int, int, int]] = {}
         for expr, op in self.atoms:
             if len(expr.terms) != 1 or op in ("!=",):
-                raise NKIError("a mask= must compare one index variable with a constant per term "
-                               "(use nisa.affine_select for triangular predicates)")
+                raise NKIError(
+                    "a mask= must compare one index variable with a constant per term "
+                    "(use nisa.affine_select for triangular predicates)"
+                )
             vid, size, pos, _, c = expr.terms[0]
             k = expr.const
             lo, hi = out.get(vid, (0, size, pos))[:2]

@@ -8,21 +8,27 @@ API in `legacy_isa.py`). Legacy `mask=` predicates shrink every operand to the m
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from axon.nki.machine import Machine, active, kernel_site
 from axon.nki.memory import IndexExpr, Predicate, View, as_dtype, float32
-from axon.target.isa import ISA, NUMPY_FP32, REDUCE_ALIASES, sem_activation
 from axon.target import isa as T
+from axon.target.isa import ISA, NUMPY_FP32, REDUCE_ALIASES, sem_activation
 
 M = NUMPY_FP32
 
 # ---- engines and enums (nki.isa.vector_engine, nki.isa.engine.vector, ...) ---------------------
-tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine = "tensor", "vector", "scalar", "gpsimd", None
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine = (
+    "tensor",
+    "vector",
+    "scalar",
+    "gpsimd",
+    None,
+)
 
 
 class engine:
@@ -49,8 +55,15 @@ def op_name(op: Any) -> str:
     return _NUMPY_NAMES.get(name, name)
 
 
-_NUMPY_NAMES = {"true_divide": "divide", "max": "max", "amax": "max", "amin": "min", "negative": "negative",
-                "absolute": "abs", "sum": "add"}
+_NUMPY_NAMES = {
+    "true_divide": "divide",
+    "max": "max",
+    "amax": "max",
+    "amin": "min",
+    "negative": "negative",
+    "absolute": "abs",
+    "sum": "add",
+}
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -67,11 +80,15 @@ def _write(m: Machine, dst: View, value: Any, opcode: str, site: tuple[str, int]
     value = np.asarray(value)
     if value.shape != dst.shape:
         try:
-            value = np.broadcast_to(value, dst.shape) if value.size != int(math.prod(dst.shape)) \
+            value = (
+                np.broadcast_to(value, dst.shape)
+                if value.size != int(math.prod(dst.shape))
                 else value.reshape(dst.shape)
+            )
         except ValueError:
-            raise m.fail("shape mismatch", f"{opcode} produces {list(value.shape)} but dst is {list(dst.shape)}",
-                         site) from None
+            raise m.fail(
+                "shape mismatch", f"{opcode} produces {list(value.shape)} but dst is {list(dst.shape)}", site
+            ) from None
     dst.alloc.data[dst.np_index()] = value  # type: ignore[index]  # NumPy/ml_dtypes round to nearest even
 
 
@@ -108,22 +125,36 @@ def _same_count(m: Machine, a: View, b: View, opcode: str, site: tuple[str, int]
         raise m.fail("shape mismatch", f"{opcode}: {list(a.shape)} vs {list(b.shape)}", site)
 
 
-def _simple(opcode: str, eng: str, dst: View, reads: list[tuple[str, Any]], compute: Callable[[], Any] | None,
-            attrs: tuple[tuple[str, Any], ...], main: View, site: tuple[str, int], m: Machine,
-            extra_writes: list[tuple[str, View]] = (), read_dst: bool = False,  # type: ignore[assignment]
-            checked: bool = False) -> View:
+def _simple(
+    opcode: str,
+    eng: str,
+    dst: View,
+    reads: list[tuple[str, Any]],
+    compute: Callable[[], Any] | None,
+    attrs: tuple[tuple[str, Any], ...],
+    main: View,
+    site: tuple[str, int],
+    m: Machine,
+    extra_writes: list[tuple[str, View]] = (),
+    read_dst: bool = False,  # type: ignore[assignment]
+    checked: bool = False,
+) -> View:
     views = [(r, v) for r, v in reads if isinstance(v, View)]
     for role, v in views:
         if v is not main and v.partitions != main.partitions and v.alloc.kind != "hbm":
-            raise m.fail("partition mismatch", f"{opcode}: {role} spans {v.partitions} partitions, "
-                         f"data spans {main.partitions}", site)
+            raise m.fail(
+                "partition mismatch",
+                f"{opcode}: {role} spans {v.partitions} partitions, data spans {main.partitions}",
+                site,
+            )
     m.issue(opcode, eng, views, [("dst", dst)] + list(extra_writes), main, attrs, site, read_dst, checked)
     if m.execute and compute is not None:
         _write(m, dst, compute(), opcode, site)
     # Reading PSUM (evicting it) or overwriting it with another instruction ends a matmul
     # accumulation group there; nc_matmul opens one (see `_accumulation_groups`).
-    _set_groups(m, [v for _, v in views] + ([] if opcode == "nc_matmul" else [dst] + [v for _, v in extra_writes]),
-                False)
+    _set_groups(
+        m, [v for _, v in views] + ([] if opcode == "nc_matmul" else [dst] + [v for _, v in extra_writes]), False
+    )
     if opcode == "nc_matmul":
         _set_groups(m, [dst], True)
     # A result the instruction allocated itself (legacy form) is returned whole, even when a
@@ -175,16 +206,26 @@ def _open_group(m: Machine, v: View) -> Any:
 # ---- data movement -----------------------------------------------------------------------------
 
 
-def dma_copy(dst: View, src: View, mask: Predicate | None = None, dge_mode: Any = None, name: Any = None,
-             **_: Any) -> View:
+def dma_copy(
+    dst: View, src: View, mask: Predicate | None = None, dge_mode: Any = None, name: Any = None, **_: Any
+) -> View:
     """DMA `src` into `dst` (HBM<->SBUF, or within one); a dtype change casts."""
     m, site = active(), kernel_site()
     dst, src = _masked(mask, dst, src)
     if _empty(dst, src):
         return dst
     _same_count(m, dst, src, "dma_copy", site)
-    return _simple("dma_copy", "dma", dst, [("src", src)], (lambda: _val(src).reshape(dst.shape)) if m.execute else None,
-                   (("src", src.alloc.kind), ("dst", dst.alloc.kind)), src, site, m)
+    return _simple(
+        "dma_copy",
+        "dma",
+        dst,
+        [("src", src)],
+        (lambda: _val(src).reshape(dst.shape)) if m.execute else None,
+        (("src", src.alloc.kind), ("dst", dst.alloc.kind)),
+        src,
+        site,
+        m,
+    )
 
 
 def dma_transpose(dst: View, src: View, axes: Any = None, mask: Predicate | None = None, **_: Any) -> View:
@@ -193,19 +234,41 @@ def dma_transpose(dst: View, src: View, axes: Any = None, mask: Predicate | None
     (src,) = _masked(mask, src)
     dst = _transposed_box(dst, src)
     if len(src.shape) != 2 or tuple(dst.shape) != (src.shape[1], src.shape[0]):
-        raise m.fail("shape mismatch", f"dma_transpose of {list(src.shape)} needs dst {[*src.shape[::-1]]}, "
-                     f"got {list(dst.shape)}", site)
-    return _simple("dma_transpose", "dma", dst, [("src", src)], lambda: T.sem_transpose(M, _val(src)),
-                   (("src", src.alloc.kind), ("dst", dst.alloc.kind), ("transpose", True)), src, site, m)
+        raise m.fail(
+            "shape mismatch",
+            f"dma_transpose of {list(src.shape)} needs dst {[*src.shape[::-1]]}, got {list(dst.shape)}",
+            site,
+        )
+    return _simple(
+        "dma_transpose",
+        "dma",
+        dst,
+        [("src", src)],
+        lambda: T.sem_transpose(M, _val(src)),
+        (("src", src.alloc.kind), ("dst", dst.alloc.kind), ("transpose", True)),
+        src,
+        site,
+        m,
+    )
 
 
 # ---- TensorE -----------------------------------------------------------------------------------
 
 
-def nc_matmul(dst: View | None, stationary: View, moving: View, is_stationary_onezero: bool = False,
-              is_moving_onezero: bool = False, is_transpose: bool = False, accumulate: Any = None,
-              tile_position: Any = (), tile_size: Any = (), perf_mode: Any = None, name: Any = None,
-              mask: Predicate | None = None) -> View:
+def nc_matmul(
+    dst: View | None,
+    stationary: View,
+    moving: View,
+    is_stationary_onezero: bool = False,
+    is_moving_onezero: bool = False,
+    is_transpose: bool = False,
+    accumulate: Any = None,
+    tile_position: Any = (),
+    tile_size: Any = (),
+    perf_mode: Any = None,
+    name: Any = None,
+    mask: Predicate | None = None,
+) -> View:
     """dst[M, N] = stationary[K, M].T @ moving[K, N] on TensorE, fp32 in PSUM.
 
     accumulate=True adds into dst, False overwrites it, and None (the default) decides per PSUM
@@ -225,8 +288,12 @@ def nc_matmul(dst: View | None, stationary: View, moving: View, is_stationary_on
     m.check_operand("nc_matmul", "stationary", stationary, "tensor", site)
     m.check_operand("nc_matmul", "moving", moving, "tensor", site)
     if stationary.partitions != moving.partitions:
-        raise m.fail("matmul partition mismatch", f"stationary {list(stationary.shape)} and moving "
-                     f"{list(moving.shape)} must share the contraction (partition) size", site)
+        raise m.fail(
+            "matmul partition mismatch",
+            f"stationary {list(stationary.shape)} and moving "
+            f"{list(moving.shape)} must share the contraction (partition) size",
+            site,
+        )
     out_shape = (stationary.free_size, moving.free_size)
     if dst is None:
         dst = _new(m, full_shape, float32, "psum")
@@ -236,11 +303,16 @@ def nc_matmul(dst: View | None, stationary: View, moving: View, is_stationary_on
     if dst.dtype != float32 and not is_transpose:
         # "The dst tile must be a float32 tile in NeuronCore-v2 and NeuronCore-v3" (nki.isa.nc_matmul,
         # Neuron 2.30); a bf16 dst would silently round every partial sum.
-        raise m.fail("nc_matmul dst dtype", f"nc_matmul accumulates into a float32 PSUM tile, dst is {dst.dtype.name}",
-                     site)
+        raise m.fail(
+            "nc_matmul dst dtype", f"nc_matmul accumulates into a float32 PSUM tile, dst is {dst.dtype.name}", site
+        )
     if int(math.prod(dst.shape)) != out_shape[0] * out_shape[1]:
-        raise m.fail("shape mismatch", f"nc_matmul of {list(stationary.shape)} x {list(moving.shape)} gives "
-                     f"{list(out_shape)}, dst is {list(dst.shape)}", site)
+        raise m.fail(
+            "shape mismatch",
+            f"nc_matmul of {list(stationary.shape)} x {list(moving.shape)} gives "
+            f"{list(out_shape)}, dst is {list(dst.shape)}",
+            site,
+        )
     if accumulate is None:
         # Auto-detect: accumulate where an accumulation group is open (`_accumulation_groups`). The
         # trace records the allocation-level answer; execute mode decides element by element.
@@ -250,8 +322,12 @@ def nc_matmul(dst: View | None, stationary: View, moving: View, is_stationary_on
     else:
         written = None
         acc = bool(accumulate)
-    attrs = (("stationary_free", stationary.free_size), ("moving_free", moving.free_size),
-             ("accumulate", acc), ("is_transpose", bool(is_transpose)))
+    attrs = (
+        ("stationary_free", stationary.free_size),
+        ("moving_free", moving.free_size),
+        ("accumulate", acc),
+        ("is_transpose", bool(is_transpose)),
+    )
 
     def compute() -> Any:
         # Products of bf16/fp16/fp8 values are exact in fp32, so an fp32 matmul of the inputs
@@ -269,12 +345,24 @@ def nc_matmul(dst: View | None, stationary: View, moving: View, is_stationary_on
 
     # With auto-detect only the already-written elements are read: the poison rule applies to a
     # dst read in full.
-    return _simple("nc_matmul", "tensor", dst, [("stationary", stationary), ("moving", moving)], compute,
-                   attrs, moving, site, m, read_dst=acc and (written is None or bool(written.all())), checked=True)
+    return _simple(
+        "nc_matmul",
+        "tensor",
+        dst,
+        [("stationary", stationary), ("moving", moving)],
+        compute,
+        attrs,
+        moving,
+        site,
+        m,
+        read_dst=acc and (written is None or bool(written.all())),
+        checked=True,
+    )
 
 
-def nc_transpose(dst: View | None, data: View, engine: Any = None, mask: Predicate | None = None,
-                 name: Any = None, **_: Any) -> View:
+def nc_transpose(
+    dst: View | None, data: View, engine: Any = None, mask: Predicate | None = None, name: Any = None, **_: Any
+) -> View:
     """Swap partition and free axis: TensorE (default, into PSUM) or VectorE (<= 32x32). Several free
     axes are flattened into one first (nki.isa.nc_transpose, Neuron 2.30)."""
     m, site = active(), kernel_site()
@@ -284,12 +372,25 @@ def nc_transpose(dst: View | None, data: View, engine: Any = None, mask: Predica
     if eng == "vector" and max(data.partitions, data.free_size) > T.ISA_LIMITS["vector_transpose_max"]:
         raise m.fail("vector transpose > 32x32", f"nc_transpose on VectorE of {list(data.shape)}", site)
     if dst is None:
-        dst = _new(m, (data.free_size, data.partitions), float32 if eng == "tensor" else data.dtype,
-                   "psum" if eng == "tensor" else "sbuf")
+        dst = _new(
+            m,
+            (data.free_size, data.partitions),
+            float32 if eng == "tensor" else data.dtype,
+            "psum" if eng == "tensor" else "sbuf",
+        )
     (data,) = _masked(mask, data)
     dst = _transposed_box(dst, data) if len(data.shape) == 2 else dst
-    return _simple("nc_transpose", eng, dst, [("data", data)],
-                   lambda: T.sem_transpose(M, _val(data).reshape(data.partitions, -1)), (), data, site, m)
+    return _simple(
+        "nc_transpose",
+        eng,
+        dst,
+        [("data", data)],
+        lambda: T.sem_transpose(M, _val(data).reshape(data.partitions, -1)),
+        (),
+        data,
+        site,
+        m,
+    )
 
 
 # ---- ScalarE / VectorE / GpSimd ----------------------------------------------------------------
@@ -302,18 +403,39 @@ def _vec(x: Any, ref: View) -> Any:
     return np.float32(x)
 
 
-def activation(dst: View | None, op: Any, data: View, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None,
-               reduce_res: View | None = None, reduce_cmd: Any = None, mask: Predicate | None = None,
-               dtype: Any = None, name: Any = None, **_: Any) -> View:
+def activation(
+    dst: View | None,
+    op: Any,
+    data: View,
+    bias: Any = None,
+    scale: Any = 1.0,
+    reduce_op: Any = None,
+    reduce_res: View | None = None,
+    reduce_cmd: Any = None,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    name: Any = None,
+    **_: Any,
+) -> View:
     """dst = op(data * scale + bias) on ScalarE; with reduce_res, also its free-axis sum."""
     return _activation("activation", dst, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_cmd)
 
 
-def activation_reduce(dst: View | None, op: Any, data: View, reduce_op: Any = None, reduce_res: View | None = None,
-                      bias: Any = None, scale: Any = 1.0, mask: Predicate | None = None, dtype: Any = None,
-                      **_: Any) -> View:
-    return _activation("activation_reduce", dst, op, data, bias, scale, reduce_op or "add", reduce_res, mask, dtype,
-                       "reset_reduce")
+def activation_reduce(
+    dst: View | None,
+    op: Any,
+    data: View,
+    reduce_op: Any = None,
+    reduce_res: View | None = None,
+    bias: Any = None,
+    scale: Any = 1.0,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    **_: Any,
+) -> View:
+    return _activation(
+        "activation_reduce", dst, op, data, bias, scale, reduce_op or "add", reduce_res, mask, dtype, "reset_reduce"
+    )
 
 
 def _reduce_cmd(cmd: Any) -> str:
@@ -321,8 +443,19 @@ def _reduce_cmd(cmd: Any) -> str:
     return "idle" if name is None else str(name)
 
 
-def _activation(opcode: str, dst: View | None, op: Any, data: View, bias: Any, scale: Any, reduce_op: Any,
-                reduce_res: View | None, mask: Predicate | None, dtype: Any, cmd: Any = None) -> View:
+def _activation(
+    opcode: str,
+    dst: View | None,
+    op: Any,
+    data: View,
+    bias: Any,
+    scale: Any,
+    reduce_op: Any,
+    reduce_res: View | None,
+    mask: Predicate | None,
+    dtype: Any,
+    cmd: Any = None,
+) -> View:
     m, site = active(), kernel_site()
     fn = op_name(op)
     if fn not in T.ACTIVATION:
@@ -351,8 +484,12 @@ def _activation(opcode: str, dst: View | None, op: Any, data: View, bias: Any, s
         if REDUCE_ALIASES.get(op_name(reduce_op) or "add") != "add":
             # ScalarE's reduce registers only sum (nki.isa.activation / activation_reduce: "reduce_op
             # must be nl.add"); a max would be a silently different program on the device.
-            raise m.fail("activation reduce_op", f"{opcode} reduces with nl.add only, got {op_name(reduce_op)!r} "
-                         "(use nisa.tensor_reduce or tensor_scalar_reduce for max/min)", site)
+            raise m.fail(
+                "activation reduce_op",
+                f"{opcode} reduces with nl.add only, got {op_name(reduce_op)!r} "
+                "(use nisa.tensor_reduce or tensor_scalar_reduce for max/min)",
+                site,
+            )
     if cmd == "idle" and reduce_res is not None:
         # Without an explicit reduce_cmd, a reduce_res asks for this instruction's reduction (the
         # legacy form, and activation_reduce): reset, reduce, read out.
@@ -385,8 +522,17 @@ def _scalar_reduce_regs(m: Machine) -> Any:
     return regs
 
 
-def tensor_tensor(dst: View | None, data1: View, data2: View, op: Any, engine: Any = None,
-                  mask: Predicate | None = None, dtype: Any = None, name: Any = None, **_: Any) -> View:
+def tensor_tensor(
+    dst: View | None,
+    data1: View,
+    data2: View,
+    op: Any,
+    engine: Any = None,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    name: Any = None,
+    **_: Any,
+) -> View:
     """dst = data1 op data2 elementwise (VectorE or GpSimd)."""
     m, site = active(), kernel_site()
     fn = op_name(op)
@@ -401,13 +547,34 @@ def tensor_tensor(dst: View | None, data1: View, data2: View, op: Any, engine: A
     _same_count(m, dst, data1, "tensor_tensor", site)
     if data1.alloc.kind == "psum" and data2.alloc.kind == "psum":
         raise m.fail("tensor_tensor inputs both in PSUM", "at most one input of tensor_tensor may be in PSUM", site)
-    return _simple("tensor_tensor", eng, dst, [("data1", data1), ("data2", data2)],
-                   lambda: T.sem_tensor_tensor(M, _val(data1), _val(data2), fn), (("op", fn),), data1, site, m)
+    return _simple(
+        "tensor_tensor",
+        eng,
+        dst,
+        [("data1", data1), ("data2", data2)],
+        lambda: T.sem_tensor_tensor(M, _val(data1), _val(data2), fn),
+        (("op", fn),),
+        data1,
+        site,
+        m,
+    )
 
 
-def tensor_scalar(dst: View | None, data: View, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
-                  operand1: Any = None, reverse1: bool = False, engine: Any = None, mask: Predicate | None = None,
-                  dtype: Any = None, name: Any = None, **_: Any) -> View:
+def tensor_scalar(
+    dst: View | None,
+    data: View,
+    op0: Any,
+    operand0: Any,
+    reverse0: bool = False,
+    op1: Any = None,
+    operand1: Any = None,
+    reverse1: bool = False,
+    engine: Any = None,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    name: Any = None,
+    **_: Any,
+) -> View:
     """dst = (data op0 operand0) op1 operand1 with scalar or [P, 1] operands."""
     m, site = active(), kernel_site()
     f0, f1 = op_name(op0), op_name(op1) or None
@@ -419,16 +586,43 @@ def tensor_scalar(dst: View | None, data: View, op0: Any, operand0: Any, reverse
     if _empty(dst, data):
         return dst
     _same_count(m, dst, data, "tensor_scalar", site)
-    reads = [("data", data)] + [(r, v) for r, v in (("operand0", operand0), ("operand1", operand1)) if isinstance(v, View)]
-    return _simple("tensor_scalar", eng, dst, reads,
-                   lambda: T.sem_tensor_scalar(M, _val(data), f0, _vec(operand0, data), reverse0, f1,
-                                               None if f1 is None else _vec(operand1, data), reverse1),
-                   (("op0", f0), ("op1", f1 or "")), data, site, m)
+    reads = [("data", data)] + [
+        (r, v) for r, v in (("operand0", operand0), ("operand1", operand1)) if isinstance(v, View)
+    ]
+    return _simple(
+        "tensor_scalar",
+        eng,
+        dst,
+        reads,
+        lambda: T.sem_tensor_scalar(
+            M,
+            _val(data),
+            f0,
+            _vec(operand0, data),
+            reverse0,
+            f1,
+            None if f1 is None else _vec(operand1, data),
+            reverse1,
+        ),
+        (("op0", f0), ("op1", f1 or "")),
+        data,
+        site,
+        m,
+    )
 
 
-def tensor_scalar_reduce(dst: View | None, data: View, op0: Any, operand0: Any, reduce_op: Any,
-                         reduce_res: View, reverse0: bool = False, mask: Predicate | None = None,
-                         dtype: Any = None, **_: Any) -> View:
+def tensor_scalar_reduce(
+    dst: View | None,
+    data: View,
+    op0: Any,
+    operand0: Any,
+    reduce_op: Any,
+    reduce_res: View,
+    reverse0: bool = False,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    **_: Any,
+) -> View:
     """tensor_scalar with one op, plus a free-axis reduction of the result into reduce_res [P, 1]."""
     m, site = active(), kernel_site()
     f0, fr = op_name(op0), REDUCE_ALIASES[op_name(reduce_op)]
@@ -437,8 +631,18 @@ def tensor_scalar_reduce(dst: View | None, data: View, op0: Any, operand0: Any, 
     data, operand0, reduce_res = _masked(mask, data, operand0, reduce_res)
     (dst,) = _masked(mask, dst)
     reads = [("data", data)] + ([("operand0", operand0)] if isinstance(operand0, View) else [])
-    _simple("tensor_scalar_reduce", "vector", dst, reads, None, (("op0", f0), ("reduce_op", fr), ("reduce", True)),
-            data, site, m, [("reduce_res", reduce_res)])
+    _simple(
+        "tensor_scalar_reduce",
+        "vector",
+        dst,
+        reads,
+        None,
+        (("op0", f0), ("reduce_op", fr), ("reduce", True)),
+        data,
+        site,
+        m,
+        [("reduce_res", reduce_res)],
+    )
     if m.execute:
         r = T.sem_tensor_scalar(M, _val(data), f0, _vec(operand0, data), reverse0)
         _write(m, dst, r, "tensor_scalar_reduce", site)
@@ -446,9 +650,20 @@ def tensor_scalar_reduce(dst: View | None, data: View, op0: Any, operand0: Any, 
     return View.whole(dst.alloc) if dst.alloc.temp else dst
 
 
-def scalar_tensor_tensor(dst: View | None, data: View, op0: Any, operand0: Any, op1: Any, operand1: View,
-                         reverse0: bool = False, reverse1: bool = False, engine: Any = None,
-                         mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
+def scalar_tensor_tensor(
+    dst: View | None,
+    data: View,
+    op0: Any,
+    operand0: Any,
+    op1: Any,
+    operand1: View,
+    reverse0: bool = False,
+    reverse1: bool = False,
+    engine: Any = None,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    **_: Any,
+) -> View:
     """dst = (data op0 operand0) op1 operand1, operand0 scalar/[P, 1], operand1 a full tile."""
     m, site = active(), kernel_site()
     f0, f1 = op_name(op0), op_name(op1)
@@ -458,11 +673,22 @@ def scalar_tensor_tensor(dst: View | None, data: View, op0: Any, operand0: Any, 
     (dst,) = _masked(mask, dst)
     _same_count(m, dst, data, "scalar_tensor_tensor", site)
     _same_count(m, operand1, data, "scalar_tensor_tensor", site)
-    reads = [("data", data)] + ([("operand0", operand0)] if isinstance(operand0, View) else []) + [("operand1", operand1)]
-    return _simple("scalar_tensor_tensor", _engine("scalar_tensor_tensor", engine), dst, reads,
-                   lambda: T.sem_scalar_tensor_tensor(M, _val(data), f0, _vec(operand0, data), f1, _val(operand1),
-                                                      reverse0, reverse1),
-                   (("op0", f0), ("op1", f1)), data, site, m)
+    reads = (
+        [("data", data)] + ([("operand0", operand0)] if isinstance(operand0, View) else []) + [("operand1", operand1)]
+    )
+    return _simple(
+        "scalar_tensor_tensor",
+        _engine("scalar_tensor_tensor", engine),
+        dst,
+        reads,
+        lambda: T.sem_scalar_tensor_tensor(
+            M, _val(data), f0, _vec(operand0, data), f1, _val(operand1), reverse0, reverse1
+        ),
+        (("op0", f0), ("op1", f1)),
+        data,
+        site,
+        m,
+    )
 
 
 def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
@@ -470,9 +696,19 @@ def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(int(a) % ndim for a in axes)
 
 
-def tensor_reduce(dst: View | None, op: Any, data: View, axis: Any, negate: bool = False, keepdims: bool = False,
-                  engine: Any = None, mask: Predicate | None = None, dtype: Any = None, name: Any = None,
-                  **_: Any) -> View:
+def tensor_reduce(
+    dst: View | None,
+    op: Any,
+    data: View,
+    axis: Any,
+    negate: bool = False,
+    keepdims: bool = False,
+    engine: Any = None,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    name: Any = None,
+    **_: Any,
+) -> View:
     """Reduce `data` along free axes `axis` (add, max, min, multiply), optionally negated."""
     m, site = active(), kernel_site()
     kind = REDUCE_ALIASES.get(op_name(op))
@@ -480,19 +716,39 @@ def tensor_reduce(dst: View | None, op: Any, data: View, axis: Any, negate: bool
         raise m.fail("reduce op", f"tensor_reduce cannot reduce with {op_name(op)!r}", site)
     axes = _axes(axis, len(data.shape))
     if 0 in axes:
-        raise m.fail("reduce over partitions", "tensor_reduce reduces free axes only (axis 0 is the partition axis)", site)
-    out_shape = tuple(1 if a in axes else s for a, s in enumerate(data.shape)) if keepdims else \
-        tuple(s for a, s in enumerate(data.shape) if a not in axes)
+        raise m.fail(
+            "reduce over partitions", "tensor_reduce reduces free axes only (axis 0 is the partition axis)", site
+        )
+    out_shape = (
+        tuple(1 if a in axes else s for a, s in enumerate(data.shape))
+        if keepdims
+        else tuple(s for a, s in enumerate(data.shape) if a not in axes)
+    )
     if dst is None:
         dst = _new(m, out_shape, dtype or data.dtype)
     data, dst = _masked(mask, data, dst)
-    return _simple("tensor_reduce", _engine("tensor_reduce", engine), dst, [("data", data)],
-                   lambda: T.sem_reduce(M, _val(data), kind, axes, negate, keepdims),
-                   (("op", kind), ("negate", bool(negate))), data, site, m)
+    return _simple(
+        "tensor_reduce",
+        _engine("tensor_reduce", engine),
+        dst,
+        [("data", data)],
+        lambda: T.sem_reduce(M, _val(data), kind, axes, negate, keepdims),
+        (("op", kind), ("negate", bool(negate))),
+        data,
+        site,
+        m,
+    )
 
 
-def tensor_copy(dst: View | None, src: View, engine: Any = None, mask: Predicate | None = None, dtype: Any = None,
-                name: Any = None, **_: Any) -> View:
+def tensor_copy(
+    dst: View | None,
+    src: View,
+    engine: Any = None,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    name: Any = None,
+    **_: Any,
+) -> View:
     """Copy (and cast) a tile on Vector, Scalar or GpSimd."""
     m, site = active(), kernel_site()
     if dst is None:
@@ -502,40 +758,73 @@ def tensor_copy(dst: View | None, src: View, engine: Any = None, mask: Predicate
     if _empty(dst, src):
         return dst
     _same_count(m, dst, src, "tensor_copy", site)
-    return _simple("tensor_copy", _engine("tensor_copy", engine), dst, [("src", src)], lambda: _val(src), (), src, site, m)
+    return _simple(
+        "tensor_copy", _engine("tensor_copy", engine), dst, [("src", src)], lambda: _val(src), (), src, site, m
+    )
 
 
-def reciprocal(dst: View | None, data: View, engine: Any = None, mask: Predicate | None = None, dtype: Any = None,
-               **_: Any) -> View:
+def reciprocal(
+    dst: View | None, data: View, engine: Any = None, mask: Predicate | None = None, dtype: Any = None, **_: Any
+) -> View:
     m, site = active(), kernel_site()
     if dst is None:
         dst = _new(m, data.shape, dtype or data.dtype)
     (data,) = _masked(mask, data)
     (dst,) = _masked(mask, dst)
-    return _simple("reciprocal", _engine("reciprocal", engine), dst, [("data", data)],
-                   lambda: T.sem_reciprocal(M, _val(data)), (), data, site, m)
+    return _simple(
+        "reciprocal",
+        _engine("reciprocal", engine),
+        dst,
+        [("data", data)],
+        lambda: T.sem_reciprocal(M, _val(data)),
+        (),
+        data,
+        site,
+        m,
+    )
 
 
-def memset(dst: View, value: Any, engine: Any = None, mask: Predicate | None = None, name: Any = None,
-           **_: Any) -> View:
+def memset(
+    dst: View, value: Any, engine: Any = None, mask: Predicate | None = None, name: Any = None, **_: Any
+) -> View:
     """Fill `dst` with `value`."""
     m, site = active(), kernel_site()
     (dst,) = _masked(mask, dst)
     if _empty(dst):
         return dst
-    return _simple("memset", _engine("memset", engine), dst, [], lambda: np.float32(value),
-                   (("value", float(value)),), dst, site, m)
+    return _simple(
+        "memset",
+        _engine("memset", engine),
+        dst,
+        [],
+        lambda: np.float32(value),
+        (("value", float(value)),),
+        dst,
+        site,
+        m,
+    )
 
 
-def _pattern_values(m: Machine, shape: tuple[int, ...], pattern: Any, offset: Any, channel_multiplier: Any,
-                    opcode: str, site: tuple[str, int]) -> Any:
+def _pattern_values(
+    m: Machine,
+    shape: tuple[int, ...],
+    pattern: Any,
+    offset: Any,
+    channel_multiplier: Any,
+    opcode: str,
+    site: tuple[str, int],
+) -> Any:
     """offset + partition * channel_multiplier + sum(index_k * step_k) over the [[step, num], ...] pattern
     (current nki.isa.iota / affine_select), laid out row-major along dst's free axes."""
     pairs = [(int(st), int(n)) for st, n in pattern]
     free = int(math.prod(shape[1:]))
     if int(math.prod(n for _, n in pairs)) != free:
-        raise m.fail("shape mismatch", f"{opcode} pattern {pattern} covers {int(math.prod(n for _, n in pairs))} "
-                     f"elements per partition, dst has {free}", site)
+        raise m.fail(
+            "shape mismatch",
+            f"{opcode} pattern {pattern} covers {int(math.prod(n for _, n in pairs))} "
+            f"elements per partition, dst has {free}",
+            site,
+        )
     vals = np.zeros([n for _, n in pairs] or [1], dtype=np.int64)
     for axis, (step, n) in enumerate(pairs):
         vals = vals + (np.arange(n, dtype=np.int64) * step).reshape([-1 if a == axis else 1 for a in range(len(pairs))])
@@ -543,8 +832,16 @@ def _pattern_values(m: Machine, shape: tuple[int, ...], pattern: Any, offset: An
     return (rows + vals.reshape(1, -1) + int(offset)).reshape(shape)
 
 
-def iota(dst: View, expr: Any, offset: int = 0, engine: Any = None, mask: Predicate | None = None,
-         channel_multiplier: int = 0, pattern: Any = None, name: Any = None) -> View:
+def iota(
+    dst: View,
+    expr: Any,
+    offset: int = 0,
+    engine: Any = None,
+    mask: Predicate | None = None,
+    channel_multiplier: int = 0,
+    pattern: Any = None,
+    name: Any = None,
+) -> View:
     """Fill `dst` (GpSimd) with an affine index expression (legacy `nl.arange` form), or with the
     current API's `pattern=[[step, num], ...]`, `offset`, `channel_multiplier` form."""
     m, site = active(), kernel_site()
@@ -553,7 +850,9 @@ def iota(dst: View, expr: Any, offset: int = 0, engine: Any = None, mask: Predic
 
     def compute() -> Any:
         if pattern is not None:
-            return _pattern_values(m, tuple(dst.shape), pattern, offset, channel_multiplier, "iota", site).astype(np.float64)
+            return _pattern_values(m, tuple(dst.shape), pattern, offset, channel_multiplier, "iota", site).astype(
+                np.float64
+            )
         vals = expr.evaluate(dst.shape) if isinstance(expr, IndexExpr) else np.full(dst.shape, int(expr))
         return (vals + offset).astype(np.float64)  # integer values: exact until the dst dtype rounds them
 
@@ -562,9 +861,19 @@ def iota(dst: View, expr: Any, offset: int = 0, engine: Any = None, mask: Predic
     return _simple("iota", "gpsimd", dst, [], compute, (), dst, site, m)
 
 
-def affine_select(dst: View | None, pred: Any = None, on_true_tile: View | None = None, on_false_value: Any = None,
-                  mask: Predicate | None = None, dtype: Any = None, pattern: Any = None, offset: int = 0,
-                  channel_multiplier: int = 0, cmp_op: Any = None, name: Any = None) -> View:
+def affine_select(
+    dst: View | None,
+    pred: Any = None,
+    on_true_tile: View | None = None,
+    on_false_value: Any = None,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    pattern: Any = None,
+    offset: int = 0,
+    channel_multiplier: int = 0,
+    cmp_op: Any = None,
+    name: Any = None,
+) -> View:
     """dst = on_true_tile where the affine predicate holds, else on_false_value (GpSimd).
 
     The predicate is a legacy `nl.arange` comparison (`pred`), or the current API's
@@ -587,20 +896,39 @@ def affine_select(dst: View | None, pred: Any = None, on_true_tile: View | None 
         vals = _pattern_values(m, tuple(on_true_tile.shape), pattern, offset, channel_multiplier, "affine_select", site)
         return T.ALU[op](M, vals.astype(np.float64), 0.0) != 0
 
-    return _simple("affine_select", "gpsimd", dst, [("on_true_tile", on_true_tile)],
-                   lambda: M.where(predicate(), _val(on_true_tile), np.float32(on_false_value)),
-                   (), on_true_tile, site, m)
+    return _simple(
+        "affine_select",
+        "gpsimd",
+        dst,
+        [("on_true_tile", on_true_tile)],
+        lambda: M.where(predicate(), _val(on_true_tile), np.float32(on_false_value)),
+        (),
+        on_true_tile,
+        site,
+        m,
+    )
 
 
-def tensor_tensor_scan(dst: View | None, data0: View, data1: View, initial: Any, op0: Any, op1: Any,
-                       reverse0: bool = False, reverse1: bool = False, mask: Predicate | None = None,
-                       dtype: Any = None, **_: Any) -> View:
+def tensor_tensor_scan(
+    dst: View | None,
+    data0: View,
+    data1: View,
+    initial: Any,
+    op0: Any,
+    op1: Any,
+    reverse0: bool = False,
+    reverse1: bool = False,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    **_: Any,
+) -> View:
     """Running scan along the free axis: r[i] = (data0[i] op0 r[i-1]) op1 data1[i]."""
     m, site = active(), kernel_site()
     f0, f1 = op_name(op0), op_name(op1)
     if dst is None:
         dst = _new(m, data0.shape, dtype or data0.dtype)
     reads = [("data0", data0), ("data1", data1)] + ([("initial", initial)] if isinstance(initial, View) else [])
+
     def compute() -> Any:
         # r[i] = op1(op0(data0[i], r[i-1]), data1[i]); reverse0 makes data0 op0's rhs, reverse1
         # makes data1 op1's lhs (nki.isa.tensor_tensor_scan, Neuron 2.30).
@@ -609,13 +937,12 @@ def tensor_tensor_scan(dst: View | None, data0: View, data1: View, initial: Any,
         prev = np.broadcast_to(_vec(initial, data0), (d0.shape[0], 1)).reshape(-1, 1)
         out = np.empty(d0.shape, np.float32)
         for i in range(d0.shape[1]):
-            x = T.ALU[f0](M, prev, d0[:, i:i + 1]) if reverse0 else T.ALU[f0](M, d0[:, i:i + 1], prev)
-            prev = T.ALU[f1](M, d1[:, i:i + 1], x) if reverse1 else T.ALU[f1](M, x, d1[:, i:i + 1])
-            out[:, i:i + 1] = prev
+            x = T.ALU[f0](M, prev, d0[:, i : i + 1]) if reverse0 else T.ALU[f0](M, d0[:, i : i + 1], prev)
+            prev = T.ALU[f1](M, d1[:, i : i + 1], x) if reverse1 else T.ALU[f1](M, x, d1[:, i : i + 1])
+            out[:, i : i + 1] = prev
         return out
 
-    return _simple("tensor_tensor_scan", "vector", dst, reads, compute,
-                   (("op0", f0), ("op1", f1)), data0, site, m)
+    return _simple("tensor_tensor_scan", "vector", dst, reads, compute, (("op0", f0), ("op1", f1)), data0, site, m)
 
 
 def bn_stats(dst: View | None, data: View, mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
@@ -625,8 +952,17 @@ def bn_stats(dst: View | None, data: View, mask: Predicate | None = None, dtype:
         dst = _new(m, (data.shape[0], 6), dtype or float32)
     (data,) = _masked(mask, data)
     (dst,) = _masked(mask, dst)
-    return _simple("bn_stats", "vector", dst, [("data", data)],
-                   lambda: T.sem_bn_stats(M, _val(data).reshape(data.shape[0], -1)), (), data, site, m)
+    return _simple(
+        "bn_stats",
+        "vector",
+        dst,
+        [("data", data)],
+        lambda: T.sem_bn_stats(M, _val(data).reshape(data.shape[0], -1)),
+        (),
+        data,
+        site,
+        m,
+    )
 
 
 def bn_aggr(dst: View | None, data: View, mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
@@ -636,26 +972,51 @@ def bn_aggr(dst: View | None, data: View, mask: Predicate | None = None, dtype: 
         dst = _new(m, (data.shape[0], 2), dtype or float32)
     (data,) = _masked(mask, data)
     (dst,) = _masked(mask, dst)
-    return _simple("bn_aggr", "vector", dst, [("data", data)],
-                   lambda: T.sem_bn_aggr(M, _val(data).reshape(data.shape[0], -1)), (), data, site, m)
+    return _simple(
+        "bn_aggr",
+        "vector",
+        dst,
+        [("data", data)],
+        lambda: T.sem_bn_aggr(M, _val(data).reshape(data.shape[0], -1)),
+        (),
+        data,
+        site,
+        m,
+    )
 
 
 # ---- documented but not emulated ---------------------------------------------------------------
 
 
-def nc_matmul_mx(dst: View, stationary: View, moving: View, stationary_scale: View, moving_scale: View,
-                 tile_position: Any = None, tile_size: Any = None, accumulate: Any = None, name: Any = None) -> View:
+def nc_matmul_mx(
+    dst: View,
+    stationary: View,
+    moving: View,
+    stationary_scale: View,
+    moving_scale: View,
+    tile_position: Any = None,
+    tile_size: Any = None,
+    accumulate: Any = None,
+    name: Any = None,
+) -> View:
     """MXFP8/MXFP4 matmul with dequantization (NeuronCore-v4): refused, never approximated.
 
     Its operands are x4-packed dtypes whose scale layout (8 partitions x 4 elements per uint8
     scale, quadrant-dependent scale partitions) the emulator does not model.
     """
-    raise active().fail("nc_matmul_mx not emulated", "nki.isa.nc_matmul_mx (MXFP8/MXFP4 matmul on NeuronCore-v4) "
-                        "uses x4-packed dtypes and block scales the emulator does not model", kernel_site())
+    raise active().fail(
+        "nc_matmul_mx not emulated",
+        "nki.isa.nc_matmul_mx (MXFP8/MXFP4 matmul on NeuronCore-v4) "
+        "uses x4-packed dtypes and block scales the emulator does not model",
+        kernel_site(),
+    )
 
 
 def quantize_mx(*args: Any, **kwargs: Any) -> View:
     """MX quantization (NeuronCore-v4): refused, never approximated."""
-    raise active().fail("quantize_mx not emulated", "nki.isa.quantize_mx (MXFP8/MXFP4 quantization on "
-                        "NeuronCore-v4) produces x4-packed dtypes and block scales the emulator does not model",
-                        kernel_site())
+    raise active().fail(
+        "quantize_mx not emulated",
+        "nki.isa.quantize_mx (MXFP8/MXFP4 quantization on "
+        "NeuronCore-v4) produces x4-packed dtypes and block scales the emulator does not model",
+        kernel_site(),
+    )

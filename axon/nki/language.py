@@ -16,12 +16,46 @@ import numpy as np
 
 from axon.nki import instructions as I
 from axon.nki.machine import active, maybe_active
-from axon.nki.memory import (DynSlice, IndexExpr, Predicate, View, arange, as_dtype, bfloat16, bool_, ds,  # noqa: F401
-                             float8_e4m3, float8_e5m2, float16, float32, hbm, int8, int16, int32, mgrid, par_dim,
-                             private_hbm, psum, sbuf, shared_hbm, tfloat32, uint8, uint16, uint32, Buffer)
+from axon.nki.memory import (
+    Buffer,
+    DynSlice,
+    IndexExpr,
+    Predicate,
+    View,
+    arange,
+    as_dtype,
+    bfloat16,
+    bool_,
+    ds,  # noqa: F401
+    float8_e4m3,
+    float8_e5m2,
+    float16,
+    float32,
+    hbm,
+    int8,
+    int16,
+    int32,
+    mgrid,
+    par_dim,
+    private_hbm,
+    psum,
+    sbuf,
+    shared_hbm,
+    tfloat32,
+    uint8,
+    uint16,
+    uint32,
+)
 
-tile_size = SimpleNamespace(pmax=128, psum_fmax=512, gemm_stationary_fmax=128, gemm_moving_fmax=512,
-                            bn_stats_fmax=512, psum_partition_max=128, total_available_sbuf_size=192 * 1024)
+tile_size = SimpleNamespace(
+    pmax=128,
+    psum_fmax=512,
+    gemm_stationary_fmax=128,
+    gemm_moving_fmax=512,
+    bn_stats_fmax=512,
+    psum_partition_max=128,
+    total_available_sbuf_size=192 * 1024,
+)
 
 
 # ---- tensors -----------------------------------------------------------------------------------
@@ -48,11 +82,13 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any
         view = m.shared_tensors.get(key)
         if view is None:
             view = m.shared_tensors[key] = View.whole(
-                m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), "hbm", name, pa))
+                m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), "hbm", name, pa)
+            )
         return view
     direct = buffer if getattr(buffer, "tiles", None) is not None else None  # nki.compiler mod_alloc
-    return View.whole(m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), _buffer_kind(buffer), name, pa,
-                                 direct=direct))
+    return View.whole(
+        m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), _buffer_kind(buffer), name, pa, direct=direct)
+    )
 
 
 def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **kw: Any) -> View:
@@ -226,8 +262,13 @@ def load_transpose2d(src: View, mask: Predicate | None = None, dtype: Any = None
 
 
 def _is_vector(x: Any, ref: View) -> bool:
-    return isinstance(x, View) and x.ndim >= 1 and x.free_size == 1 and x.partitions == ref.partitions \
+    return (
+        isinstance(x, View)
+        and x.ndim >= 1
+        and x.free_size == 1
+        and x.partitions == ref.partitions
         and ref.free_size > 1
+    )
 
 
 def _binary(fn: str, x: Any, y: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> Any:
@@ -261,8 +302,9 @@ def _unary(fn: str, x: View, dtype: Any = None, mask: Predicate | None = None, *
     return I.activation(None, fn, x, mask=mask, dtype=dtype)
 
 
-def _reduce(kind: str, x: View, axis: Any, dtype: Any = None, keepdims: bool = False,
-            mask: Predicate | None = None, **_: Any) -> View:
+def _reduce(
+    kind: str, x: View, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Predicate | None = None, **_: Any
+) -> View:
     return I.tensor_reduce(None, kind, x, axis, keepdims=keepdims, mask=mask, dtype=dtype)
 
 
@@ -291,14 +333,25 @@ greater, greater_equal, less = Op("greater", "alu"), Op("greater_equal", "alu"),
 less_equal, equal, not_equal = Op("less_equal", "alu"), Op("equal", "alu"), Op("not_equal", "alu")
 bypass = Op("bypass", "alu")
 exp, log, sqrt, rsqrt = Op("exp", "act"), Op("log", "act"), Op("sqrt", "act"), Op("rsqrt", "act")
-square, reciprocal, tanh, sigmoid = Op("square", "act"), Op("reciprocal", "act"), Op("tanh", "act"), Op("sigmoid", "act")
-silu, gelu, gelu_apprx_tanh, relu = Op("silu", "act"), Op("gelu", "act"), Op("gelu_apprx_tanh", "act"), Op("relu", "act")
+square, reciprocal, tanh, sigmoid = (
+    Op("square", "act"),
+    Op("reciprocal", "act"),
+    Op("tanh", "act"),
+    Op("sigmoid", "act"),
+)
+silu, gelu, gelu_apprx_tanh, relu = (
+    Op("silu", "act"),
+    Op("gelu", "act"),
+    Op("gelu_apprx_tanh", "act"),
+    Op("relu", "act"),
+)
 copy, identity, abs, negative = Op("copy", "act"), Op("identity", "act"), Op("abs", "act"), Op("negative", "act")
 sum, max, min, prod = Op("add", "reduce"), Op("max", "reduce"), Op("min", "reduce"), Op("multiply", "reduce")
 
 
-def mean(x: View, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Predicate | None = None,
-         **_: Any) -> View:
+def mean(
+    x: View, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Predicate | None = None, **_: Any
+) -> View:
     """Sum along free axes, then scale by 1/count (two instructions, as the compiler emits)."""
     s = I.tensor_reduce(None, "add", x, axis, keepdims=keepdims, mask=mask, dtype=float32)
     count = 1
@@ -310,8 +363,9 @@ def mean(x: View, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Pr
 def var(x: View, axis: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
     mu = mean(x, axis, dtype=float32, keepdims=True, mask=mask)
     d = I.tensor_scalar(None, x, "subtract", mu, dtype=float32, mask=mask)
-    return mean(I.tensor_tensor(None, d, d, "multiply", mask=mask), axis, dtype=dtype or x.dtype, keepdims=True,
-                mask=mask)
+    return mean(
+        I.tensor_tensor(None, d, d, "multiply", mask=mask), axis, dtype=dtype or x.dtype, keepdims=True, mask=mask
+    )
 
 
 def transpose(x: View, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
@@ -346,8 +400,11 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
         # A select, exactly: y + c * (x - y) rounds in fp32, and the result is x or y itself.
         box = out if out.alloc.last_write is None else View(out.alloc, *_box(out.alloc.last_write))
         pick = np.where(I._val(condition) != 0, I._val(x), I._val(y))
-        box.alloc.data[box.np_index()] = pick.reshape(box.shape) if pick.size == int(np.prod(box.shape)) \
+        box.alloc.data[box.np_index()] = (
+            pick.reshape(box.shape)
+            if pick.size == int(np.prod(box.shape))
             else pick[tuple(slice(0, n) for n in box.shape)]
+        )
     return out
 
 
@@ -355,8 +412,9 @@ def _box(v: View) -> tuple[Any, ...]:
     return v.starts, v.steps, v.sizes, v.kept
 
 
-def loop_reduce(x: View, op: Any, loop_indices: Any, dtype: Any = None, mask: Predicate | None = None,
-                **_: Any) -> View:
+def loop_reduce(
+    x: View, op: Any, loop_indices: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any
+) -> View:
     """Reduce `x` across iterations of the loops in `loop_indices` into one accumulator tile."""
     m = active()
     from axon.nki.machine import kernel_site
@@ -413,8 +471,15 @@ def _broadcast(x: View, shape: tuple[int, ...]) -> View:
             c1 = builtins.min(flat, c0 + fmax)
             part = I._new(m, (shape[0], c1 - c0), float32, "psum")
             src = x.index((slice(None), slice(c0, c1)))
-            m.issue("nc_matmul", "tensor", [("moving", src)], [("dst", part)], src,
-                    (("stationary_free", shape[0]), ("moving_free", c1 - c0), ("broadcast", True)), site)
+            m.issue(
+                "nc_matmul",
+                "tensor",
+                [("moving", src)],
+                [("dst", part)],
+                src,
+                (("stationary_free", shape[0]), ("moving_free", c1 - c0), ("broadcast", True)),
+                site,
+            )
             if m.execute:
                 I._write(m, part, np.broadcast_to(I._val(src), part.shape), "broadcast_to", site)
             I.tensor_copy(out.index((slice(None), slice(c0, c1))), part)
@@ -437,5 +502,6 @@ class _NotEmulatedDtype:
 
 
 # MX x4-packed dtypes (nki.isa.nc_matmul_mx / quantize_mx, NeuronCore-v4): refused, never approximated.
-float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4 = (_NotEmulatedDtype(n) for n in
-                                                      ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4"))
+float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4 = (
+    _NotEmulatedDtype(n) for n in ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")
+)

@@ -11,12 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from axon.nki import instructions as I
-from axon.nki.instructions import (engine, gpsimd_engine, reduce_cmd, scalar_engine,  # noqa: F401
-                                   tensor_engine, unknown_engine, vector_engine)
-from axon.nki.machine import active
-from axon.nki.machine import get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
+from axon.nki.instructions import (
+    engine,
+    gpsimd_engine,
+    reduce_cmd,
+    scalar_engine,  # noqa: F401
+    tensor_engine,
+    unknown_engine,
+    vector_engine,
+)
+from axon.nki.machine import active, get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
 from axon.nki.memory import IndexExpr, Predicate, View, as_dtype
-from axon.nki.trace import Instr
+from axon.target.trace import Instr
 
 
 def _fresh(value: View) -> Instr | None:
@@ -32,8 +38,11 @@ def _fresh(value: View) -> Instr | None:
 def _fit(dst: View, value: View) -> View:
     """A masked instruction yields the kept box only; it lands at the origin of the destination
     (masks of ragged tails keep [0, n) of each index variable)."""
-    if value.shape == dst.shape or len(value.shape) != len(dst.shape) or \
-            any(v > d for v, d in zip(value.shape, dst.shape)):
+    if (
+        value.shape == dst.shape
+        or len(value.shape) != len(dst.shape)
+        or any(v > d for v, d in zip(value.shape, dst.shape))
+    ):
         return dst
     return dst.index(tuple(slice(0, v) for v in value.shape))
 
@@ -53,8 +62,11 @@ def assign(dst: View, value: Any) -> None:
         return
     ins = _fresh(value)
     # A matmul assigned to a PSUM tile writes it directly (no temporary bank; issue 24).
-    if ins is not None and (ins.opcode != "nc_matmul" or dst.alloc.kind == "psum") \
-            and tuple(dst.shape) == tuple(value.shape):
+    if (
+        ins is not None
+        and (ins.opcode != "nc_matmul" or dst.alloc.kind == "psum")
+        and tuple(dst.shape) == tuple(value.shape)
+    ):
         box = value.alloc.last_write
         dst = _fit(dst, box)
         m.check_operand(ins.opcode, "dst", dst, ins.engine, (m.file, ins.line))
@@ -71,8 +83,13 @@ def accumulate(dst: View, value: Any, fn: str) -> View:
     if isinstance(value, View):
         whole, dst = dst, _fit(dst, value)
         ins = _fresh(value)
-        if ins is not None and ins.opcode == "nc_matmul" and fn == "add" and dst.alloc.kind == "psum" \
-                and tuple(value.shape) == tuple(dst.shape):
+        if (
+            ins is not None
+            and ins.opcode == "nc_matmul"
+            and fn == "add"
+            and dst.alloc.kind == "psum"
+            and tuple(value.shape) == tuple(dst.shape)
+        ):
             box = value.alloc.last_write
             dst = _fit(dst, box)
             m.check_readable(dst, "dst", "nc_matmul", (m.file, ins.line))
@@ -90,51 +107,116 @@ def accumulate(dst: View, value: Any, fn: str) -> View:
 # ---- value-returning instruction forms ---------------------------------------------------------
 
 
-def nc_matmul(stationary: View, moving: View, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
-              is_transpose: bool = False, mask: Predicate | None = None, **kw: Any) -> View:
-    return I.nc_matmul(None, stationary, moving, is_transpose=is_transpose, accumulate=False,
-                       perf_mode=kw.get("perf_mode"), mask=mask)
+def nc_matmul(
+    stationary: View,
+    moving: View,
+    is_stationary_onezero: bool = False,
+    is_moving_onezero: bool = False,
+    is_transpose: bool = False,
+    mask: Predicate | None = None,
+    **kw: Any,
+) -> View:
+    return I.nc_matmul(
+        None, stationary, moving, is_transpose=is_transpose, accumulate=False, perf_mode=kw.get("perf_mode"), mask=mask
+    )
 
 
 def nc_transpose(data: View, mask: Predicate | None = None, dtype: Any = None, engine: Any = None, **kw: Any) -> View:
     return I.nc_transpose(None, data, engine=engine, mask=mask)
 
 
-def activation(op: Any, data: View, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None,
-               reduce_res: View | None = None, reduce_cmd: Any = None, mask: Predicate | None = None,
-               dtype: Any = None, **kw: Any) -> View:
+def activation(
+    op: Any,
+    data: View,
+    bias: Any = None,
+    scale: Any = 1.0,
+    reduce_op: Any = None,
+    reduce_res: View | None = None,
+    reduce_cmd: Any = None,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    **kw: Any,
+) -> View:
     return I.activation(None, op, data, bias, scale, reduce_op, reduce_res, reduce_cmd, mask=mask, dtype=dtype)
 
 
-def activation_reduce(op: Any, data: View, reduce_op: Any = None, reduce_res: View | None = None, bias: Any = None,
-                      scale: Any = 1.0, mask: Predicate | None = None, dtype: Any = None, **kw: Any) -> View:
+def activation_reduce(
+    op: Any,
+    data: View,
+    reduce_op: Any = None,
+    reduce_res: View | None = None,
+    bias: Any = None,
+    scale: Any = 1.0,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    **kw: Any,
+) -> View:
     return I.activation_reduce(None, op, data, reduce_op, reduce_res, bias, scale, mask=mask, dtype=dtype)
 
 
-def tensor_tensor(data1: View, data2: View, op: Any, dtype: Any = None, mask: Predicate | None = None,
-                  engine: Any = None, **kw: Any) -> View:
+def tensor_tensor(
+    data1: View, data2: View, op: Any, dtype: Any = None, mask: Predicate | None = None, engine: Any = None, **kw: Any
+) -> View:
     return I.tensor_tensor(None, data1, data2, op, engine=engine, mask=mask, dtype=dtype)
 
 
-def tensor_scalar(data: View, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None, operand1: Any = None,
-                  reverse1: bool = False, dtype: Any = None, mask: Predicate | None = None, engine: Any = None,
-                  **kw: Any) -> View:
-    return I.tensor_scalar(None, data, op0, operand0, reverse0, op1, operand1, reverse1, engine=engine, mask=mask,
-                           dtype=dtype)
+def tensor_scalar(
+    data: View,
+    op0: Any,
+    operand0: Any,
+    reverse0: bool = False,
+    op1: Any = None,
+    operand1: Any = None,
+    reverse1: bool = False,
+    dtype: Any = None,
+    mask: Predicate | None = None,
+    engine: Any = None,
+    **kw: Any,
+) -> View:
+    return I.tensor_scalar(
+        None, data, op0, operand0, reverse0, op1, operand1, reverse1, engine=engine, mask=mask, dtype=dtype
+    )
 
 
-def tensor_scalar_reduce(data: View, op0: Any, operand0: Any, reduce_op: Any, reduce_res: View,
-                         reverse0: bool = False, dtype: Any = None, mask: Predicate | None = None, **kw: Any) -> View:
+def tensor_scalar_reduce(
+    data: View,
+    op0: Any,
+    operand0: Any,
+    reduce_op: Any,
+    reduce_res: View,
+    reverse0: bool = False,
+    dtype: Any = None,
+    mask: Predicate | None = None,
+    **kw: Any,
+) -> View:
     return I.tensor_scalar_reduce(None, data, op0, operand0, reduce_op, reduce_res, reverse0, mask=mask, dtype=dtype)
 
 
-def scalar_tensor_tensor(data: View, op0: Any, operand0: Any, op1: Any, operand1: View, reverse0: bool = False,
-                         reverse1: bool = False, dtype: Any = None, mask: Predicate | None = None, **kw: Any) -> View:
+def scalar_tensor_tensor(
+    data: View,
+    op0: Any,
+    operand0: Any,
+    op1: Any,
+    operand1: View,
+    reverse0: bool = False,
+    reverse1: bool = False,
+    dtype: Any = None,
+    mask: Predicate | None = None,
+    **kw: Any,
+) -> View:
     return I.scalar_tensor_tensor(None, data, op0, operand0, op1, operand1, reverse0, reverse1, mask=mask, dtype=dtype)
 
 
-def tensor_reduce(op: Any, data: View, axis: Any, mask: Predicate | None = None, dtype: Any = None,
-                  negate: bool = False, keepdims: bool = False, **kw: Any) -> View:
+def tensor_reduce(
+    op: Any,
+    data: View,
+    axis: Any,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    negate: bool = False,
+    keepdims: bool = False,
+    **kw: Any,
+) -> View:
     return I.tensor_reduce(None, op, data, axis, negate, keepdims, mask=mask, dtype=dtype)
 
 
@@ -156,13 +238,29 @@ def iota(expr: IndexExpr, dtype: Any, mask: Predicate | None = None, **kw: Any) 
     return I.iota(t, expr, mask=mask)
 
 
-def affine_select(pred: Predicate, on_true_tile: View, on_false_value: Any, mask: Predicate | None = None,
-                  dtype: Any = None, **kw: Any) -> View:
+def affine_select(
+    pred: Predicate,
+    on_true_tile: View,
+    on_false_value: Any,
+    mask: Predicate | None = None,
+    dtype: Any = None,
+    **kw: Any,
+) -> View:
     return I.affine_select(None, pred, on_true_tile, on_false_value, mask=mask, dtype=dtype)
 
 
-def tensor_tensor_scan(data0: View, data1: View, initial: Any, op0: Any, op1: Any, reverse0: bool = False,
-                       reverse1: bool = False, dtype: Any = None, mask: Predicate | None = None, **kw: Any) -> View:
+def tensor_tensor_scan(
+    data0: View,
+    data1: View,
+    initial: Any,
+    op0: Any,
+    op1: Any,
+    reverse0: bool = False,
+    reverse1: bool = False,
+    dtype: Any = None,
+    mask: Predicate | None = None,
+    **kw: Any,
+) -> View:
     return I.tensor_tensor_scan(None, data0, data1, initial, op0, op1, reverse0, reverse1, mask=mask, dtype=dtype)
 
 

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import contextvars
 import os
-import weakref
 import sys
-from typing import Any, Iterator
+import weakref
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from axon.errors import NKIError
 from axon.nki.memory import Allocation, View
-from axon.nki.trace import Access, Alloc, Instr, Loop, Trace
 from axon.target.hardware import HardwareSpec
 from axon.target.isa import ISA, ISA_LIMITS
+from axon.target.trace import Access, Alloc, Instr, Loop, Trace
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The one piece of process state: which Machine the nl/nisa calls of this thread belong to.
-_ACTIVE: contextvars.ContextVar["Machine | None"] = contextvars.ContextVar("axon_nki_machine", default=None)
+_ACTIVE: contextvars.ContextVar[Machine | None] = contextvars.ContextVar("axon_nki_machine", default=None)
 
 
 # Trace buffer ids of single blocks of block tensors (`Access.alloc`), apart from allocation ids.
@@ -38,7 +39,7 @@ class LoopVar(int):
 
     loop_id: int
 
-    def __new__(cls, value: int, loop_id: int) -> "LoopVar":
+    def __new__(cls, value: int, loop_id: int) -> LoopVar:
         v = super().__new__(cls, value)
         v.loop_id = loop_id
         return v
@@ -53,18 +54,19 @@ class nc_version:
 def get_nc_version() -> str:
     """`nki.isa.get_nc_version()`: the generation of the hardware the kernel runs on."""
     name = active().hw.name
-    return {"trn1": nc_version.gen2, "inf2": nc_version.gen2, "trn2": nc_version.gen3,
-            "trn3": nc_version.gen4}.get(name, nc_version.gen2)
+    return {"trn1": nc_version.gen2, "inf2": nc_version.gen2, "trn2": nc_version.gen3, "trn3": nc_version.gen4}.get(
+        name, nc_version.gen2
+    )
 
 
-def active() -> "Machine":
+def active() -> Machine:
     m = _ACTIVE.get()
     if m is None:
         raise NKIError("NKI calls must run inside a kernel: use axon.nki.run(kernel, ...) or axon.nki.trace(...)")
     return m
 
 
-def maybe_active() -> "Machine | None":
+def maybe_active() -> Machine | None:
     return _ACTIVE.get()
 
 
@@ -121,7 +123,7 @@ class Machine:
         self.loop_limit: Any = None
 
     # ---- activation ----------------------------------------------------------------------------
-    def __enter__(self) -> "Machine":
+    def __enter__(self) -> Machine:
         self._token = _ACTIVE.set(self)
         return self
 
@@ -135,8 +137,16 @@ class Machine:
         return NKIError(f"{os.path.basename(file)}:{line}: {rule}: {detail} (kernel {self.kernel}, {file}:{line})")
 
     # ---- memory --------------------------------------------------------------------------------
-    def allocate(self, shape: tuple[int, ...], dtype: np.dtype, kind: str, name: str = "",
-                 par_axis: int | None = 0, temp: bool = False, direct: Any = None) -> Allocation:
+    def allocate(
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        kind: str,
+        name: str = "",
+        par_axis: int | None = 0,
+        temp: bool = False,
+        direct: Any = None,
+    ) -> Allocation:
         """A new tensor; checks the partition limit, the PSUM bank size and live capacity.
 
         Block dimensions (axes before `nl.par_dim`) are logical: such a tensor is charged per block,
@@ -159,15 +169,22 @@ class Machine:
         if kind != "hbm":
             pmax = self.hw.memory.partitions
             if shape[par_axis] > pmax:  # type: ignore[index]
-                raise self.fail("partition axis > 128", f"tile shape {list(shape)} puts {shape[par_axis]} "  # type: ignore[index]
-                                f"on the partition axis (at most {pmax} partitions)", site)
+                raise self.fail(
+                    "partition axis > 128",
+                    f"tile shape {list(shape)} puts {shape[par_axis]} "  # type: ignore[index]
+                    f"on the partition axis (at most {pmax} partitions)",
+                    site,
+                )
             tile = dtype.itemsize
             for a in range(par_axis + 1, len(shape)):  # type: ignore[operator]
                 tile *= shape[a]
             if kind == "psum" and tile > self.hw.memory.psum_bank_bytes:
                 bank = self.hw.memory.psum_bank_bytes
-                raise self.fail("PSUM tile larger than a bank", f"tile {list(shape)} {dtype.name} needs {tile} "
-                                f"bytes per partition; a PSUM bank holds {bank}", site)
+                raise self.fail(
+                    "PSUM tile larger than a bank",
+                    f"tile {list(shape)} {dtype.name} needs {tile} bytes per partition; a PSUM bank holds {bank}",
+                    site,
+                )
             if direct is not None:
                 charged = self._direct_footprint(alloc, tile, direct, site)
             elif par_axis:  # block dimensions: charged per block while live
@@ -176,17 +193,31 @@ class Machine:
                 self._block_allocs.append(alloc)
                 charged = tile
             if charged > self.capacity[kind]:
-                raise self.fail(f"{kind.upper()} capacity exceeded",
-                                f"{list(shape)} {dtype.name} needs {charged} bytes per partition, over the "
-                                f"{self.capacity[kind]} of {self.hw.name}", site)
+                raise self.fail(
+                    f"{kind.upper()} capacity exceeded",
+                    f"{list(shape)} {dtype.name} needs {charged} bytes per partition, over the "
+                    f"{self.capacity[kind]} of {self.hw.name}",
+                    site,
+                )
             # A hand-placed tensor owns its address range (the kernel may overlay several on
             # purpose, used at different times): checked against the memory above, not summed.
             if not par_axis and direct is None:
                 self.live[alloc.id] = (weakref.ref(alloc), charged)
                 alloc.release = self.free
         parts = 1 if par_axis is None else shape[par_axis]
-        self.allocs.append(Alloc(alloc.id, kind, alloc.name, shape, dtype.name, parts, alloc.free_bytes,
-                                 f"{os.path.basename(site[0])}:{site[1]}", len(self.loop_stack)))
+        self.allocs.append(
+            Alloc(
+                alloc.id,
+                kind,
+                alloc.name,
+                shape,
+                dtype.name,
+                parts,
+                alloc.free_bytes,
+                f"{os.path.basename(site[0])}:{site[1]}",
+                len(self.loop_stack),
+            )
+        )
         return alloc
 
     def _direct_footprint(self, alloc: Allocation, tile: int, direct: Any, site: tuple[str, int]) -> int:
@@ -206,14 +237,22 @@ class Machine:
             banks = self.capacity["psum"] // bank
             n = n if alloc.par_axis else -(-tile // bank)
             if direct.base + n > banks:
-                raise self.fail("PSUM direct allocation out of range", f"{alloc.name} {list(alloc.shape)} takes banks "
-                                f"{direct.base}..{direct.base + n - 1}; {self.hw.name} has {banks}", site)
+                raise self.fail(
+                    "PSUM direct allocation out of range",
+                    f"{alloc.name} {list(alloc.shape)} takes banks "
+                    f"{direct.base}..{direct.base + n - 1}; {self.hw.name} has {banks}",
+                    site,
+                )
             return n * bank
         end = direct.base + n * tile
         if end > self.capacity["sbuf"]:
-            raise self.fail("SBUF direct allocation out of range", f"{alloc.name} {list(alloc.shape)} at byte "
-                            f"{direct.base} with {n} tile(s) of {tile} bytes ends at {end}, over the "
-                            f"{self.capacity['sbuf']} of {self.hw.name}", site)
+            raise self.fail(
+                "SBUF direct allocation out of range",
+                f"{alloc.name} {list(alloc.shape)} at byte "
+                f"{direct.base} with {n} tile(s) of {tile} bytes ends at {end}, over the "
+                f"{self.capacity['sbuf']} of {self.hw.name}",
+                site,
+            )
         return n * tile
 
     def free(self, alloc: Allocation) -> None:
@@ -292,10 +331,12 @@ class Machine:
             live.sort(key=lambda x: -x[0])
             names = ", ".join(txt for _, txt in live[:8]) + (f" and {len(live) - 8} more" if len(live) > 8 else "")
             ins = self.instrs[min(t, len(self.instrs) - 1)]
-            raise self.fail(f"{kind.upper()} capacity exceeded",
-                            f"{use[t]} bytes per partition live at instruction {t} ({ins.opcode}) even with one block "
-                            f"of each block tensor, over the {self.capacity[kind]} of {self.hw.name}; live: {names}",
-                            (self.file, ins.line))
+            raise self.fail(
+                f"{kind.upper()} capacity exceeded",
+                f"{use[t]} bytes per partition live at instruction {t} ({ins.opcode}) even with one block "
+                f"of each block tensor, over the {self.capacity[kind]} of {self.hw.name}; live: {names}",
+                (self.file, ins.line),
+            )
 
     @staticmethod
     def _sweep(rows: list[tuple[Any, ...]], n: int) -> tuple[Any, list[tuple[int, int]]]:
@@ -361,8 +402,7 @@ class Machine:
             base = sum(v.starts[a] * al.strides[a] for a in range(pa))  # type: ignore[arg-type]
             lo -= base
             hi -= base
-        return Access(ident, al.kind, plo, phi, lo * isz, (hi + 1) * isz, touched * isz * parts,
-                      (stride or 1) * isz)
+        return Access(ident, al.kind, plo, phi, lo * isz, (hi + 1) * isz, touched * isz * parts, (stride or 1) * isz)
 
     def check_operand(self, opcode: str, role: str, v: View, engine: str, site: tuple[str, int]) -> None:
         """The ISA table's rules for one operand: buffer, engine access, partition and free limits."""
@@ -374,8 +414,11 @@ class Machine:
         if engine == "gpsimd" and kind == "psum":
             raise self.fail("GpSimd cannot access PSUM", f"{opcode} on the GpSimd engine touches {role} {v!r}", site)
         if not v.in_bounds():
-            raise self.fail("out of bounds", f"{opcode} {role} indexes outside tensor {v.alloc.name} "
-                            f"{list(v.alloc.shape)} (mask it or slice it)", site)
+            raise self.fail(
+                "out of bounds",
+                f"{opcode} {role} indexes outside tensor {v.alloc.name} {list(v.alloc.shape)} (mask it or slice it)",
+                site,
+            )
         if kind == "hbm":
             return
         if not v.partition_first:
@@ -405,8 +448,9 @@ class Machine:
             return None if mask.all() else mask
         return None if (al._root or al).ever_written else False
 
-    def _defined(self, opcode: str, attrs: tuple[tuple[str, Any], ...], reads: list[tuple[str, View, Any]],
-                 dst: View) -> Any:
+    def _defined(
+        self, opcode: str, attrs: tuple[tuple[str, Any], ...], reads: list[tuple[str, View, Any]], dst: View
+    ) -> Any:
         """The written-mask of `dst` after an instruction whose inputs are partly never-written:
         elementwise for same-size operands, per partition for reductions and broadcasts, by
         row and column for matmuls, transposed for transposes; wholly undefined otherwise."""
@@ -415,7 +459,9 @@ class Machine:
         out = np.ones(dst.shape, dtype=bool)
         transpose = opcode in ("nc_transpose", "dma_transpose") or dict(attrs).get("is_transpose")
         if opcode == "nc_matmul" and not transpose:
-            masks = {role: (np.ones(v.shape, bool) if m is None else m).reshape(v.partitions, -1) for role, v, m in reads}
+            masks = {
+                role: (np.ones(v.shape, bool) if m is None else m).reshape(v.partitions, -1) for role, v, m in reads
+            }
             if "stationary" in masks and "moving" in masks:
                 cols = masks["stationary"].all(0)[:, None] & masks["moving"].all(0)[None, :]
                 out &= cols.reshape(dst.shape) if cols.size == out.size else cols.all()
@@ -437,14 +483,25 @@ class Machine:
                 out[...] = False
         return out
 
-    def issue(self, opcode: str, engine: str, reads: list[tuple[str, View]], writes: list[tuple[str, View]],
-              main: View, attrs: tuple[tuple[str, Any], ...] = (), site: tuple[str, int] | None = None,
-              read_dst: bool = False, checked: bool = False) -> int:
+    def issue(
+        self,
+        opcode: str,
+        engine: str,
+        reads: list[tuple[str, View]],
+        writes: list[tuple[str, View]],
+        main: View,
+        attrs: tuple[tuple[str, Any], ...] = (),
+        site: tuple[str, int] | None = None,
+        read_dst: bool = False,
+        checked: bool = False,
+    ) -> int:
         """Check and record one instruction; returns its index. Numbers are the caller's job."""
         site = site or kernel_site()
         row = ISA[opcode]
         if engine not in row.engines:
-            raise self.fail("engine", f"{opcode} cannot run on the {engine} engine (allowed: {', '.join(row.engines)})", site)
+            raise self.fail(
+                "engine", f"{opcode} cannot run on the {engine} engine (allowed: {', '.join(row.engines)})", site
+            )
         if not checked:  # the caller has already checked operands it had to check early
             for role, v in reads:
                 self.check_operand(opcode, role, v, engine, site)
@@ -475,8 +532,21 @@ class Machine:
         name = _DTYPE_NAMES.get(dt)
         if name is None:
             name = _DTYPE_NAMES[dt] = dt.name
-        self.instrs.append(Instr(index, opcode, engine, main.partitions, main.free_size, name,
-                                 racc, wacc, site[1], self.loop_stack, attrs))
+        self.instrs.append(
+            Instr(
+                index,
+                opcode,
+                engine,
+                main.partitions,
+                main.free_size,
+                name,
+                racc,
+                wacc,
+                site[1],
+                self.loop_stack,
+                attrs,
+            )
+        )
         for _, v in writes:
             defined: Any = True
             if undefined is not None:  # (rare) data computed from never-written memory
@@ -484,9 +554,12 @@ class Machine:
                 defined = self._defined(opcode, attrs, full + undefined, v)
                 if v.alloc.kind == "hbm" and (defined is False or not np.all(defined)):
                     role, src, _ = undefined[0]
-                    raise self.fail("read of never-written memory",
-                                    f"{opcode} writes data computed from never-written elements of {role} {src!r} "
-                                    f"into HBM tensor {v.alloc.name}", site)
+                    raise self.fail(
+                        "read of never-written memory",
+                        f"{opcode} writes data computed from never-written elements of {role} {src!r} "
+                        f"into HBM tensor {v.alloc.name}",
+                        site,
+                    )
             al = v.alloc._root or v.alloc
             al.ever_written = True
             al.producer = index
@@ -504,8 +577,19 @@ class Machine:
         reads = ins.reads + ((self.access(dst),) if accumulate else ())
         attrs = tuple(kv for kv in ins.attrs if not (accumulate and kv[0] == "accumulate"))
         attrs += (("accumulate", True),) if accumulate else ()
-        self.instrs[-1] = Instr(ins.index, ins.opcode, ins.engine, ins.partitions, ins.free_size, ins.dtype,
-                                reads, new_w, ins.line, ins.loops, attrs)
+        self.instrs[-1] = Instr(
+            ins.index,
+            ins.opcode,
+            ins.engine,
+            ins.partitions,
+            ins.free_size,
+            ins.dtype,
+            reads,
+            new_w,
+            ins.line,
+            ins.loops,
+            attrs,
+        )
         dst.alloc.root.ever_written = True
         dst.alloc.root.producer = ins.index
         if dst.alloc.blocks is not None:
@@ -533,8 +617,18 @@ class Machine:
             temp.alloc.first = temp.alloc.last = -1
 
     def to_trace(self, outputs: tuple[int, ...] = ()) -> Trace:
-        return Trace(self.kernel, self.file, self.hw.name, tuple(self.instrs), tuple(self.allocs), tuple(self.loops),
-                     outputs, {"mode": "execute" if self.execute else "trace",
-                               "peak_sbuf_bytes_per_partition": self.peak_bytes["sbuf"],
-                               "peak_psum_bytes_per_partition": self.peak_bytes["psum"],
-                               "loop_limit": self.loop_limit if isinstance(self.loop_limit, int) else None})
+        return Trace(
+            self.kernel,
+            self.file,
+            self.hw.name,
+            tuple(self.instrs),
+            tuple(self.allocs),
+            tuple(self.loops),
+            outputs,
+            {
+                "mode": "execute" if self.execute else "trace",
+                "peak_sbuf_bytes_per_partition": self.peak_bytes["sbuf"],
+                "peak_psum_bytes_per_partition": self.peak_bytes["psum"],
+                "loop_limit": self.loop_limit if isinstance(self.loop_limit, int) else None,
+            },
+        )

@@ -9,8 +9,9 @@ not here (see `machine.py`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -30,10 +31,24 @@ int8, int16, int32 = np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32)
 uint8, uint16, uint32 = np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
 
-_DTYPE_NAMES = {"float32": float32, "fp32": float32, "bfloat16": bfloat16, "bf16": bfloat16,
-                "float16": float16, "fp16": float16, "tfloat32": tfloat32, "float8_e4m3": float8_e4m3,
-                "float8_e5m2": float8_e5m2, "int8": int8, "int16": int16, "int32": int32, "uint8": uint8,
-                "uint16": uint16, "uint32": uint32, "bool": bool_}
+_DTYPE_NAMES = {
+    "float32": float32,
+    "fp32": float32,
+    "bfloat16": bfloat16,
+    "bf16": bfloat16,
+    "float16": float16,
+    "fp16": float16,
+    "tfloat32": tfloat32,
+    "float8_e4m3": float8_e4m3,
+    "float8_e5m2": float8_e5m2,
+    "int8": int8,
+    "int16": int16,
+    "int32": int32,
+    "uint8": uint8,
+    "uint16": uint16,
+    "uint32": uint32,
+    "bool": bool_,
+}
 
 
 def as_dtype(dtype: Any) -> np.dtype:
@@ -92,12 +107,40 @@ class par_dim(int):
 class Allocation:
     """One tensor in one memory. `data`/`written` are None in trace mode."""
 
-    __slots__ = ("id", "kind", "name", "shape", "dtype", "par_axis", "strides", "data", "written",
-                 "ever_written", "temp", "producer", "last_write", "release", "blocks", "block_bytes", "block_peak", "_root", "first", "last",
-                 "__weakref__")
+    __slots__ = (
+        "id",
+        "kind",
+        "name",
+        "shape",
+        "dtype",
+        "par_axis",
+        "strides",
+        "data",
+        "written",
+        "ever_written",
+        "temp",
+        "producer",
+        "last_write",
+        "release",
+        "blocks",
+        "block_bytes",
+        "block_peak",
+        "_root",
+        "first",
+        "last",
+        "__weakref__",
+    )
 
-    def __init__(self, id: int, kind: str, name: str, shape: tuple[int, ...], dtype: np.dtype,
-                 par_axis: int | None, execute: bool) -> None:
+    def __init__(
+        self,
+        id: int,
+        kind: str,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        par_axis: int | None,
+        execute: bool,
+    ) -> None:
         self.id = id
         self.kind = kind
         self.name = name
@@ -138,16 +181,16 @@ class Allocation:
         self._root: Allocation | None = None  # the allocation an alias header belongs to
 
     @property
-    def root(self) -> "Allocation":
+    def root(self) -> Allocation:
         """The allocation this header belongs to: itself, unless it is an alias."""
         return self._root or self
 
-    def alias(self, axis: int, split: tuple[int, ...], order: tuple[int, ...]) -> "Allocation":
+    def alias(self, axis: int, split: tuple[int, ...], order: tuple[int, ...]) -> Allocation:
         """A second header over the same memory (same id, storage, blocks) with `axis` split into
         `split` (row-major) and the sub-axes then taken in `order`; writes through it count for this
         allocation (`root`)."""
         n = len(self.shape)
-        flat = self.shape[:axis] + split + self.shape[axis + 1:]
+        flat = self.shape[:axis] + split + self.shape[axis + 1 :]
         perm = tuple(range(axis)) + tuple(axis + j for j in order) + tuple(range(axis + len(split), len(flat)))
         shape = tuple(flat[p] for p in perm)
         alias = Allocation(self.id, self.kind, self.name, shape, self.dtype, self.par_axis, False)
@@ -192,9 +235,16 @@ class View:
 
     __slots__ = ("alloc", "starts", "steps", "sizes", "kept", "vars", "vpos", "shape", "_np", "maybe_oob")
 
-    def __init__(self, alloc: Allocation, starts: tuple[int, ...], steps: tuple[int, ...],
-                 sizes: tuple[int, ...], kept: tuple[int, ...], vars: tuple[int | None, ...] | None = None,
-                 vpos: tuple[int | None, ...] | None = None) -> None:
+    def __init__(
+        self,
+        alloc: Allocation,
+        starts: tuple[int, ...],
+        steps: tuple[int, ...],
+        sizes: tuple[int, ...],
+        kept: tuple[int, ...],
+        vars: tuple[int | None, ...] | None = None,
+        vpos: tuple[int | None, ...] | None = None,
+    ) -> None:
         self.alloc = alloc
         self.starts = starts
         self.steps = steps
@@ -209,7 +259,7 @@ class View:
         self.maybe_oob = False
 
     @classmethod
-    def whole(cls, alloc: Allocation) -> "View":
+    def whole(cls, alloc: Allocation) -> View:
         n = len(alloc.shape)
         return cls(alloc, (0,) * n, (1,) * n, alloc.shape, tuple(range(n)))
 
@@ -276,11 +326,16 @@ class View:
                 return False
         return True
 
-    def same_region(self, other: "View") -> bool:
-        return (self.alloc is other.alloc and self.starts == other.starts and self.sizes == other.sizes
-                and self.steps == other.steps and self.kept == other.kept)
+    def same_region(self, other: View) -> bool:
+        return (
+            self.alloc is other.alloc
+            and self.starts == other.starts
+            and self.sizes == other.sizes
+            and self.steps == other.steps
+            and self.kept == other.kept
+        )
 
-    def restrict(self, box: dict[int, tuple[int, int, int]]) -> "View":
+    def restrict(self, box: dict[int, tuple[int, int, int]]) -> View:
         """The part a mask keeps. A mask is an affine predicate over the instruction's iteration
         space: a dim carrying the mask's own variable, else the dim whose variable sits at the
         same broadcast position (compiler-emitted kernels write a fresh nl.arange in the mask), else
@@ -314,14 +369,14 @@ class View:
         out.maybe_oob = self.maybe_oob
         return out
 
-    def index(self, key: Any) -> "View":
+    def index(self, key: Any) -> View:
         """Apply a NumPy-style key (ints, slices, nl.ds, affine index expressions, ...)."""
         if not isinstance(key, tuple):
             key = (key,)
         for i, k in enumerate(key):
             if k is Ellipsis:
                 fill = len(self.kept) - (len(key) - 1)
-                key = key[:i] + (slice(None),) * fill + key[i + 1:]
+                key = key[:i] + (slice(None),) * fill + key[i + 1 :]
                 break
         if len(key) > len(self.kept):
             raise _index_error(f"too many indices ({len(key)}) for a tensor of shape {list(self.shape)}")
@@ -329,7 +384,7 @@ class View:
         for d, k in enumerate(key):
             if type(k) is IndexExpr and len(k.terms) > 1:
                 view, parts = self._split(d, k)
-                return view.index(key[:d] + parts + key[d + 1:])
+                return view.index(key[:d] + parts + key[d + 1 :])
             if type(k) is IndexExpr and k.terms:
                 if k.terms[0][2] < last and self.alloc.kind == "hbm":
                     return self._permuted(key)
@@ -355,8 +410,10 @@ class View:
                 if k < 0:
                     k += sizes[a]
                 if not 0 <= k < sizes[a]:
-                    raise _index_error(f"index {key[d]} out of range for axis {d} of size {sizes[a]} "
-                                   f"(tensor {self.alloc.name} {list(self.shape)})")
+                    raise _index_error(
+                        f"index {key[d]} out of range for axis {d} of size {sizes[a]} "
+                        f"(tensor {self.alloc.name} {list(self.shape)})"
+                    )
                 starts[a] += steps[a] * k
                 sizes[a] = 1
             elif isinstance(k, slice):
@@ -385,8 +442,9 @@ class View:
                     continue
                 vid, size, pos, _, coef = k.terms[0]
                 if coef <= 0 or pos <= last_pos:
-                    raise _index_error("index expressions must use positive coefficients with arange "
-                                   "variables in axis order")
+                    raise _index_error(
+                        "index expressions must use positive coefficients with arange variables in axis order"
+                    )
                 last_pos = pos
                 if indexed is None:
                     from axon.nki.machine import maybe_active
@@ -404,12 +462,19 @@ class View:
             else:
                 raise _index_error(f"unsupported index {k!r} on tensor {self.alloc.name}")
         with_vars = has_var or self.vars is not None
-        out = View(self.alloc, tuple(starts), tuple(steps), tuple(sizes), tuple(kept),
-                   tuple(vars) if with_vars else None, tuple(vpos) if with_vars else None)
+        out = View(
+            self.alloc,
+            tuple(starts),
+            tuple(steps),
+            tuple(sizes),
+            tuple(kept),
+            tuple(vars) if with_vars else None,
+            tuple(vpos) if with_vars else None,
+        )
         out.maybe_oob = has_var or self.maybe_oob
         return out
 
-    def _permuted(self, key: tuple[Any, ...]) -> "View":
+    def _permuted(self, key: tuple[Any, ...]) -> View:
         """An HBM access whose index variables come in another order than the axes (`out[i_f, i_p]`,
         a transposing DMA): the same memory seen with those axes swapped, indexed in order."""
         dims = [d for d, k in enumerate(key) if type(k) is IndexExpr and k.terms]
@@ -432,17 +497,20 @@ class View:
         vpos = None if self.vpos is None else tuple(self.vpos[d] for d in order)
         view = View(alias, pick(self.starts), pick(self.steps), pick(self.sizes), self.kept, vars, vpos)
         view.maybe_oob = self.maybe_oob
-        return view.index(tuple(key[order[i]] if order[i] < len(key) else slice(None)
-                                for i in range(max(len(key), max(dims) + 1))))
+        return view.index(
+            tuple(key[order[i]] if order[i] < len(key) else slice(None) for i in range(max(len(key), max(dims) + 1)))
+        )
 
-    def _split(self, d: int, expr: IndexExpr) -> tuple["View", tuple[Any, ...]]:
+    def _split(self, d: int, expr: IndexExpr) -> tuple[View, tuple[Any, ...]]:
         """`c1 * i + c2 * j + k` on one axis (several nl.arange terms): the axis, seen as
         [n / c1, c1] (then c1 as [c1 / c2, c2], ...) in an alias of the same memory, takes one
         term per sub-axis. Returns the view over the alias and the key parts for the sub-axes."""
         a = self.kept[d]
         n = self.alloc.shape[a]
-        where = f"index expression with {len(expr.terms)} nl.arange terms on axis {d} of {self.alloc.name} " \
-                f"{list(self.shape)}"
+        where = (
+            f"index expression with {len(expr.terms)} nl.arange terms on axis {d} of {self.alloc.name} "
+            f"{list(self.shape)}"
+        )
         if self.starts[a] != 0 or self.steps[a] != 1 or self.sizes[a] != n:
             raise _index_error(f"{where}: only a whole axis can be indexed with several nl.arange terms")
         pa = self.alloc.par_axis
@@ -460,7 +528,7 @@ class View:
                 parts.append(IndexExpr(((vid, size, pos, ndim, coef),), const))
                 break
             inner = coef
-            rest = const % inner + sum(c * (sz - 1) for _, sz, _, _, c in terms[j + 1:])
+            rest = const % inner + sum(c * (sz - 1) for _, sz, _, _, c in terms[j + 1 :])
             if extent % inner or rest >= inner:
                 raise _index_error(f"{where}: the terms do not tile the axis (an axis of {extent} split by {inner})")
             split.append(extent // inner)
@@ -471,21 +539,31 @@ class View:
         order = tuple(sorted(range(len(split)), key=lambda j: parts[j].terms[0][2]))
         alias = self.alloc.alias(a, tuple(split), order)
         k = len(split) - 1
-        starts = self.starts[:a] + (0,) * len(split) + self.starts[a + 1:]
-        steps = self.steps[:a] + (1,) * len(split) + self.steps[a + 1:]
-        kept = tuple(x if x < a else x + k for x in self.kept[:d]) + tuple(range(a, a + len(split))) + \
-            tuple(x + k for x in self.kept[d + 1:])
+        starts = self.starts[:a] + (0,) * len(split) + self.starts[a + 1 :]
+        steps = self.steps[:a] + (1,) * len(split) + self.steps[a + 1 :]
+        kept = (
+            tuple(x if x < a else x + k for x in self.kept[:d])
+            + tuple(range(a, a + len(split)))
+            + tuple(x + k for x in self.kept[d + 1 :])
+        )
         vars = vpos = None
         if self.vars is not None:
-            vars = self.vars[:d] + (None,) * len(split) + self.vars[d + 1:]
-            vpos = self.vpos[:d] + (None,) * len(split) + self.vpos[d + 1:]  # type: ignore[index]
-        view = View(alias, starts, steps, self.sizes[:a] + tuple(split[j] for j in order) + self.sizes[a + 1:],
-                    kept, vars, vpos)
+            vars = self.vars[:d] + (None,) * len(split) + self.vars[d + 1 :]
+            vpos = self.vpos[:d] + (None,) * len(split) + self.vpos[d + 1 :]  # type: ignore[index]
+        view = View(
+            alias,
+            starts,
+            steps,
+            self.sizes[:a] + tuple(split[j] for j in order) + self.sizes[a + 1 :],
+            kept,
+            vars,
+            vpos,
+        )
         view.maybe_oob = self.maybe_oob
         return view, tuple(parts[j] for j in order)
 
     # ---- kernel-facing operators (the legacy API's tile expressions) -------------------------
-    def __getitem__(self, key: Any) -> "View":
+    def __getitem__(self, key: Any) -> View:
         return self.index(key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -493,17 +571,17 @@ class View:
 
         assign(self.index(key), value)
 
-    def __iadd__(self, value: Any) -> "View":
+    def __iadd__(self, value: Any) -> View:
         from axon.nki.legacy_isa import accumulate
 
         return accumulate(self, value, "add")
 
-    def __isub__(self, value: Any) -> "View":
+    def __isub__(self, value: Any) -> View:
         from axon.nki.legacy_isa import accumulate
 
         return accumulate(self, value, "subtract")
 
-    def __imul__(self, value: Any) -> "View":
+    def __imul__(self, value: Any) -> View:
         from axon.nki.legacy_isa import accumulate
 
         return accumulate(self, value, "multiply")
@@ -544,24 +622,25 @@ class View:
     def __neg__(self) -> Any:
         return self._bin(-1.0, "multiply")
 
-    def broadcast_to(self, shape: Any) -> "View":
+    def broadcast_to(self, shape: Any) -> View:
         from axon.nki.language import _broadcast
 
         return _broadcast(self, tuple(shape))
 
-    def reshape(self, *shape: Any) -> "View":
+    def reshape(self, *shape: Any) -> View:
         shp = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
         return self.reshaped(shp)
 
-    def reshaped(self, shape: tuple[int, ...]) -> "View":
+    def reshaped(self, shape: tuple[int, ...]) -> View:
         """A reshape of a whole, contiguous HBM tensor (the only reshape NKI allows)."""
         if self.alloc.kind != "hbm" or self.shape != self.alloc.shape:
             raise NKIError(f"reshape is supported on whole HBM tensors only, not {self!r}")
         if int(np.prod(shape)) != int(np.prod(self.shape)):
             raise NKIError(f"cannot reshape {list(self.shape)} into {list(shape)}")
         # A second header over the same storage and id: accesses still name the original tensor.
-        alias = Allocation(self.alloc.id, "hbm", self.alloc.name, tuple(int(s) for s in shape), self.alloc.dtype,
-                           None, False)
+        alias = Allocation(
+            self.alloc.id, "hbm", self.alloc.name, tuple(int(s) for s in shape), self.alloc.dtype, None, False
+        )
         if self.alloc.data is not None:
             alias.data = self.alloc.data.reshape(alias.shape)
             alias.written = self.alloc.written.reshape(alias.shape)  # type: ignore[union-attr]

@@ -12,16 +12,17 @@ import inspect
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from axon.errors import AxonError, NKIError
 from axon.nki.machine import Machine, maybe_active
 from axon.nki.memory import View, as_dtype
-from axon.nki.trace import Trace
 from axon.target.hardware import HardwareSpec, load_hw
+from axon.target.trace import Trace
 
 
 class Kernel:
@@ -35,7 +36,7 @@ class Kernel:
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
-    def __getitem__(self, grid: Any) -> "Kernel":
+    def __getitem__(self, grid: Any) -> Kernel:
         return Kernel(self.fn, tuple(int(g) for g in grid) if isinstance(grid, tuple) else (int(grid),))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -132,7 +133,8 @@ def load_source(source: str, name: str | None = None) -> Callable[..., Any]:
         raise
     except Exception as exc:
         line = getattr(exc, "lineno", None) or next(
-            (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == file), "?")
+            (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == file), "?"
+        )
         raise NKIError(f"{file}:{line}: cannot load kernel source: {type(exc).__name__}: {exc}") from None
     if name is not None:
         fn = module.__dict__.get(name)
@@ -185,8 +187,14 @@ def _spec(x: Any) -> tuple[tuple[int, ...], np.dtype, np.ndarray | None]:
     raise NKIError(f"kernel input {x!r} is neither an array nor a (shape, dtype) spec")
 
 
-def _execute(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], hw: str | HardwareSpec,
-             execute: bool, loop_limit: Any = None) -> tuple[Machine, Any]:
+def _execute(
+    kernel: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    hw: str | HardwareSpec,
+    execute: bool,
+    loop_limit: Any = None,
+) -> tuple[Machine, Any]:
     fn, grid = _resolve(kernel)
     code = getattr(fn, "__code__", None)
     file = code.co_filename if code is not None else "<kernel>"
@@ -212,7 +220,9 @@ def _execute(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], hw: str
                 call_args.append(View.whole(alloc))
             else:
                 call_args.append(a)
-        programs = [()] if not grid else [tuple(int(v) for v in np.unravel_index(i, grid)) for i in range(int(np.prod(grid)))]
+        programs = (
+            [()] if not grid else [tuple(int(v) for v in np.unravel_index(i, grid)) for i in range(int(np.prod(grid)))]
+        )
         result = None
         for pid in programs:
             machine.program_ids, machine.num_programs = pid, grid
@@ -288,8 +298,9 @@ def run_with_trace(kernel: Any, *arrays: Any, hw: str | HardwareSpec = "trn1", *
     return (outs[0] if len(outs) == 1 else outs), machine.to_trace(tuple(v.alloc.id for v in views))
 
 
-def trace(kernel: Any, *arrays_or_specs: Any, hw: str | HardwareSpec = "trn1", loop_limit: Any = None,
-          **kwargs: Any) -> Trace:
+def trace(
+    kernel: Any, *arrays_or_specs: Any, hw: str | HardwareSpec = "trn1", loop_limit: Any = None, **kwargs: Any
+) -> Trace:
     """Run `kernel` on shapes only and return the instruction `Trace` (no arrays allocated).
 
     Inputs are arrays, `(shape, dtype)` pairs or objects with `.shape` and `.dtype`. With

@@ -31,14 +31,32 @@ def install_import_shim() -> None:
     from axon.nki import typing as nki_typing
 
     # `trace` is the decorator compiler-emitted kernels import with `from neuronxcc.nki import trace`.
-    common = dict(jit=runner.jit, baremetal=runner.jit, benchmark=runner.jit, trace=runner.jit, profile=runner.jit,
-                  simulate_kernel=runner.simulate_kernel, language=language, typing=nki_typing, compiler=compiler)
+    common = dict(
+        jit=runner.jit,
+        baremetal=runner.jit,
+        benchmark=runner.jit,
+        trace=runner.jit,
+        profile=runner.jit,
+        simulate_kernel=runner.simulate_kernel,
+        language=language,
+        typing=nki_typing,
+        compiler=compiler,
+    )
     current = _package("nki", isa=current_isa, **common)
     legacy = _package("neuronxcc.nki", isa=legacy_isa, **common)
     neuronxcc = _package("neuronxcc", nki=legacy)
-    sys.modules.update({
-        "nki": current, "nki.language": language, "nki.isa": current_isa, "nki.typing": nki_typing,
-        "nki.compiler": compiler, "neuronxcc.nki.compiler": compiler,
-        "neuronxcc": neuronxcc, "neuronxcc.nki": legacy, "neuronxcc.nki.language": language,
-        "neuronxcc.nki.isa": legacy_isa, "neuronxcc.nki.typing": nki_typing,
-    })
+    sys.modules.update(
+        {
+            "nki": current,
+            "nki.language": language,
+            "nki.isa": current_isa,
+            "nki.typing": nki_typing,
+            "nki.compiler": compiler,
+            "neuronxcc.nki.compiler": compiler,
+            "neuronxcc": neuronxcc,
+            "neuronxcc.nki": legacy,
+            "neuronxcc.nki.language": language,
+            "neuronxcc.nki.isa": legacy_isa,
+            "neuronxcc.nki.typing": nki_typing,
+        }
+    )

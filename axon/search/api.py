@@ -11,9 +11,10 @@ import csv
 import io
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,15 @@ from axon.errors import AxonError, SpecError, StoreError
 from axon.ir import Graph, flops, min_bytes
 from axon.measure.backend import get_backend, kernel_cache, kernel_hash, write_kernel
 from axon.measure.records import RecordDB
-from axon.search.checks import AdversarialReport, adversarial_check
-from axon.search.checks import NumericsCheck, _cast, _rebind, numerics_check, tolerance  # noqa: F401 - re-exported
+from axon.search.checks import (  # noqa: F401 - re-exported
+    AdversarialReport,
+    NumericsCheck,
+    _cast,
+    _rebind,
+    adversarial_check,
+    numerics_check,
+    tolerance,
+)
 from axon.search.costmodel import CostModel
 from axon.search.guards import check_journal, corrupt_journal, kernel_out_path, prepare_workdir
 from axon.search.problem import LoweredProblem
@@ -79,12 +87,16 @@ class TuneReport:
         if best:
             lines.append(f"  roofline {us(self.roofline_ns):>14}  achieved {self.roofline_ns / best:6.1%} of the bound")
         if self.numerics is not None:
-            lines.append(f"  numerics: emulator vs float64 reference at {self.numerics.dims}: max rel err "
-                         f"{self.numerics.max_rel_err:.2e} (tolerance {self.numerics.tolerance:g}) "
-                         f"{'OK' if self.numerics.ok else 'FAILED'}")
+            lines.append(
+                f"  numerics: emulator vs float64 reference at {self.numerics.dims}: max rel err "
+                f"{self.numerics.max_rel_err:.2e} (tolerance {self.numerics.tolerance:g}) "
+                f"{'OK' if self.numerics.ok else 'FAILED'}"
+            )
         if self.adversarial is not None:
-            lines.append(f"  adversarial: emulator in {self.adversarial.dtype} at {self.adversarial.dims}, worst rel err per input "
-                         f"class: {self.adversarial.summary()} {'OK' if self.adversarial.ok else 'FAILED'}")
+            lines.append(
+                f"  adversarial: emulator in {self.adversarial.dtype} at {self.adversarial.dims}, worst rel err per input "
+                f"class: {self.adversarial.summary()} {'OK' if self.adversarial.ok else 'FAILED'}"
+            )
         for text in self.fp_rejected:
             lines.append(f"  not offered (floating point): {text}")
         return "\n".join(lines)
@@ -107,7 +119,9 @@ def workload_graph(workload: Any, preset: str, dtype: str, shape: dict[str, int]
 TUNING_EXCLUDED_MOVES = frozenset({"split-tiles"})
 
 
-def verified_variants(graph: Graph, depth: int = 4, max_variants: int = 24, rejected: list[Any] | None = None) -> list[Any]:
+def verified_variants(
+    graph: Graph, depth: int = 4, max_variants: int = 24, rejected: list[Any] | None = None
+) -> list[Any]:
     """The graph's variants whose every move was proved and that pass the floating-point gate in the
     graph's dtype (`axon.verify.floating.screen`; the original first). Rejections are appended to
     `rejected` when given."""
@@ -134,9 +148,25 @@ def _baseline(problem: LoweredProblem, backend: Any, db: RecordDB, point: dict[s
     known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash)
     if known is None:
         m = backend.measure(cand.source, cand.kernel, cand.inputs, problem.hw)
-        known = db.add(Record(f"{problem.workload}#{label}", problem.shapes, problem.dtype, problem.hw.name, problem.hw.file_hash,
-                              backend.name, cand.variant_hash, point, cand.kernel_hash, dict(cand.features), m.latency_ns,
-                              m.status, m.error, m.as_dict(), __version__))
+        known = db.add(
+            Record(
+                f"{problem.workload}#{label}",
+                problem.shapes,
+                problem.dtype,
+                problem.hw.name,
+                problem.hw.file_hash,
+                backend.name,
+                cand.variant_hash,
+                point,
+                cand.kernel_hash,
+                dict(cand.features),
+                m.latency_ns,
+                m.status,
+                m.error,
+                m.as_dict(),
+                __version__,
+            )
+        )
     return known.latency_ns
 
 
@@ -155,8 +185,13 @@ def expert_latency(workload: str, graph: Graph, hw: Any, backend: Any) -> float 
     return m.latency_ns
 
 
-def load_cost_model(ref: str | None, seed: int, tracking_uri: str | None = None, hw: str | None = None,
-                    warn: Callable[[str], None] | None = None) -> CostModel:
+def load_cost_model(
+    ref: str | None,
+    seed: int,
+    tracking_uri: str | None = None,
+    hw: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> CostModel:
     """A new model, a saved JSON file, or a registered one (`models:/name@alias`).
 
     When the model was trained on another hardware file than `hw` (by its recorded `hw`, or for a
@@ -303,9 +338,22 @@ def tune(
 
         uri, root = workdir_store(workdir)
         tracker = Tracker(tracking_uri or uri, None if tracking_uri else root)
-    params = {"workload": w.name, "shapes": dict(graph.bindings), "dtype": dtype, "hw": spec.name, "hw_file_hash": spec.file_hash,
-              "backend": meter.name, "sampler": sampler, "trials": trials, "seed": seed, "axon_version": __version__,
-              "cost_model": cost_model or "", "variants": len(variants), "flops": flops(graph), "min_bytes": min_bytes(graph)}
+    params = {
+        "workload": w.name,
+        "shapes": dict(graph.bindings),
+        "dtype": dtype,
+        "hw": spec.name,
+        "hw_file_hash": spec.file_hash,
+        "backend": meter.name,
+        "sampler": sampler,
+        "trials": trials,
+        "seed": seed,
+        "axon_version": __version__,
+        "cost_model": cost_model or "",
+        "variants": len(variants),
+        "flops": flops(graph),
+        "min_bytes": min_bytes(graph),
+    }
     start = time.perf_counter()
     logs: list[TrialLog] = []
 
@@ -314,7 +362,9 @@ def tune(
     def checked_kernel(point: dict[str, Any]) -> tuple[Any, NumericsCheck | None, Path]:
         numerics = numerics_check(problem, point, seed=seed, directory=kernels) if check else None
         if numerics is not None and not numerics.ok:
-            raise AxonError(f"{w.name}: the best kernel does not match the reference (max rel err {numerics.max_rel_err:.2e})")
+            raise AxonError(
+                f"{w.name}: the best kernel does not match the reference (max rel err {numerics.max_rel_err:.2e})"
+            )
         adversarial = adversarial_check(problem, point, kernels, seed=seed) if check else None
         if adversarial is not None and not adversarial.ok:
             raise AxonError(f"{w.name}: the best kernel fails the adversarial numerics check: {adversarial.failure()}")
@@ -329,31 +379,48 @@ def tune(
         def trial_hook(log: TrialLog) -> None:
             logs.append(log)
             if run is not None:
-                metrics = {"latency_us": None if log.latency_ns is None else log.latency_ns / 1e3,
-                           "best_latency_us": None if log.best_ns is None else log.best_ns / 1e3,
-                           "predicted_score": log.predicted}
+                metrics = {
+                    "latency_us": None if log.latency_ns is None else log.latency_ns / 1e3,
+                    "best_latency_us": None if log.best_ns is None else log.best_ns / 1e3,
+                    "predicted_score": log.predicted,
+                }
                 if log.accuracy is not None:
                     metrics.update(log.accuracy.as_metrics())
                 run.log_metrics({k: v for k, v in metrics.items() if v is not None}, step=log.number)
             if on_trial:
                 on_trial(log)
 
-        tuner = Tuner(problem, meter, db, TuneConfig(**{**asdict(config), "run_id": run.run_id if run else ""}),
-                      optuna_storage, model, trial_hook)
+        tuner = Tuner(
+            problem,
+            meter,
+            db,
+            TuneConfig(**{**asdict(config), "run_id": run.run_id if run else ""}),
+            optuna_storage,
+            model,
+            trial_hook,
+        )
         try:
             result = tuner.run()
         except KeyboardInterrupt:
             best = tuner.best()
             if best is None:
-                raise TuneInterrupted(f"{w.name}: interrupted before any valid measurement; no kernel written") from None
+                raise TuneInterrupted(
+                    f"{w.name}: interrupted before any valid measurement; no kernel written"
+                ) from None
             _, _, kernel_path = checked_kernel(dict(best.point))
-            raise TuneInterrupted(f"{w.name}: interrupted; best so far {best.latency_ns / 1e3:,.1f} us, "
-                                  f"kernel: {kernel_path}", str(kernel_path)) from None
+            raise TuneInterrupted(
+                f"{w.name}: interrupted; best so far {best.latency_ns / 1e3:,.1f} us, kernel: {kernel_path}",
+                str(kernel_path),
+            ) from None
         if result.best is None:
             if not result.trials:
-                raise AxonError(f"{w.name}: no trial ran (the study {result.study_name} already has --trials {trials} "
-                                f"trials, or --seconds ended first): raise --trials or --seconds")
-            raise AxonError(f"{w.name}: no trial produced a valid measurement: {failure_summary(result.trials, result.failed)}")
+                raise AxonError(
+                    f"{w.name}: no trial ran (the study {result.study_name} already has --trials {trials} "
+                    f"trials, or --seconds ended first): raise --trials or --seconds"
+                )
+            raise AxonError(
+                f"{w.name}: no trial produced a valid measurement: {failure_summary(result.trials, result.failed)}"
+            )
         best_point = dict(result.best.point)
         cand, numerics, kernel_path = checked_kernel(best_point)
         unfused = _baseline(problem, meter, db, problem.unfused_point(0), "unfused")
@@ -361,20 +428,43 @@ def tune(
         index = int(best_point.get("variant", 0))
         moves = tuple(m.name for m in getattr(problem.variants[index], "moves", ()))
         curve = tuple(l.best_ns for l in logs if l.best_ns is not None)
-        report = TuneReport(w.name, dict(graph.bindings), dtype, spec.name, meter.name, sampler, seed, result.best.latency_ns,
-                            best_point, problem.describe(best_point), str(kernel_path), moves, unfused, expert,
-                            bound.bound_ns, numerics, result.measured, result.reused, result.failed,
-                            time.perf_counter() - start, result.study_name, run.run_id if run else "", curve,
-                            checked.get("adversarial"), tuple(r.describe() for r in fp_rejected),
-                            getattr(problem.variants[index], "hash", ""))
+        report = TuneReport(
+            w.name,
+            dict(graph.bindings),
+            dtype,
+            spec.name,
+            meter.name,
+            sampler,
+            seed,
+            result.best.latency_ns,
+            best_point,
+            problem.describe(best_point),
+            str(kernel_path),
+            moves,
+            unfused,
+            expert,
+            bound.bound_ns,
+            numerics,
+            result.measured,
+            result.reused,
+            result.failed,
+            time.perf_counter() - start,
+            result.study_name,
+            run.run_id if run else "",
+            curve,
+            checked.get("adversarial"),
+            tuple(r.describe() for r in fp_rejected),
+            getattr(problem.variants[index], "hash", ""),
+        )
         if run is not None:
             _log_artifacts(run, report, problem, cand, logs, problem.variants[index], model, workdir, kernels)
         return report
 
     if tracker is None:
         return run_with(None)
-    with tracker.run(f"tune {w.name}", params=params, tags={"axon.workload": w.name, "axon.hw": spec.name},
-                     parent=parent_run) as run:
+    with tracker.run(
+        f"tune {w.name}", params=params, tags={"axon.workload": w.name, "axon.hw": spec.name}, parent=parent_run
+    ) as run:
         return run_with(run)
 
 
@@ -384,8 +474,17 @@ def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
 
-def _log_artifacts(run: Any, report: TuneReport, problem: LoweredProblem, cand: Any, logs: list[TrialLog], variant: Any,
-                   model: CostModel, workdir: Path, kernels: Path) -> None:
+def _log_artifacts(
+    run: Any,
+    report: TuneReport,
+    problem: LoweredProblem,
+    cand: Any,
+    logs: list[TrialLog],
+    variant: Any,
+    model: CostModel,
+    workdir: Path,
+    kernels: Path,
+) -> None:
     run.log_text(cand.source, f"kernel/{Path(report.kernel_path).name}")
     run.log_dict(report.as_dict(), "report.json")
     buf = io.StringIO()
@@ -394,13 +493,22 @@ def _log_artifacts(run: Any, report: TuneReport, problem: LoweredProblem, cand: 
     for l in logs:
         writer.writerow([l.number, l.status, l.latency_ns, l.best_ns, l.predicted, l.reason[:200]])
     run.log_text(buf.getvalue(), "search_trace.csv")
-    proofs = [{"move": m.name, "proof": str(p)} for m, p in zip(getattr(variant, "moves", ()), getattr(variant, "proofs", ()))]
+    proofs = [
+        {"move": m.name, "proof": str(p)} for m, p in zip(getattr(variant, "moves", ()), getattr(variant, "proofs", ()))
+    ]
     run.log_dict(proofs, "proofs.json")
-    metrics = {"best_latency_us": report.best_latency_ns / 1e3 if report.best_latency_ns else None,
-               "roofline_fraction": report.roofline_ns / report.best_latency_ns if report.best_latency_ns else None,
-               "speedup_vs_unfused": report.unfused_ns / report.best_latency_ns if report.unfused_ns and report.best_latency_ns else None,
-               "speedup_vs_expert": report.expert_ns / report.best_latency_ns if report.expert_ns and report.best_latency_ns else None,
-               "measured": report.measured, "tuning_s": report.elapsed_s}
+    metrics = {
+        "best_latency_us": report.best_latency_ns / 1e3 if report.best_latency_ns else None,
+        "roofline_fraction": report.roofline_ns / report.best_latency_ns if report.best_latency_ns else None,
+        "speedup_vs_unfused": report.unfused_ns / report.best_latency_ns
+        if report.unfused_ns and report.best_latency_ns
+        else None,
+        "speedup_vs_expert": report.expert_ns / report.best_latency_ns
+        if report.expert_ns and report.best_latency_ns
+        else None,
+        "measured": report.measured,
+        "tuning_s": report.elapsed_s,
+    }
     run.log_metrics({k: v for k, v in metrics.items() if v is not None}, step=len(logs))
     plots = workdir / "plots"
     plots.mkdir(exist_ok=True)
@@ -441,7 +549,6 @@ def _log_artifacts(run: Any, report: TuneReport, problem: LoweredProblem, cand: 
 def _log_timeline(run: Any, problem: LoweredProblem, cand: Any, folder: Path, kernels: Path) -> None:
     """The best kernel's engine timeline (PNG Gantt chart and Perfetto JSON) from the simulator."""
     from axon import nki, sim
-
     from axon.search.guards import trace_instructions
 
     fn = nki.load_kernel(f"{write_kernel(cand.source, kernels)}:{cand.kernel}")
@@ -449,8 +556,9 @@ def _log_timeline(run: Any, problem: LoweredProblem, cand: Any, folder: Path, ke
     # tracing it whole would take minutes to hours, and a Gantt chart of 10^6 instructions is unreadable
     whole = trace_instructions(problem.graph) * 16 / 3 < TIMELINE_MAX_INSTRUCTIONS
     limit = None if whole else (lambda trips: min(trips, TIMELINE_TRIPS))
-    timing = sim.simulate(nki.trace(fn, *[(shape, dtype) for _, shape, dtype in cand.inputs], hw=problem.hw,
-                                    loop_limit=limit), problem.hw)
+    timing = sim.simulate(
+        nki.trace(fn, *[(shape, dtype) for _, shape, dtype in cand.inputs], hw=problem.hw, loop_limit=limit), problem.hw
+    )
     run.log_artifact(timing.timeline.to_png(folder / f"timeline_{run.run_id}.png"), "timeline")
     run.log_artifact(timing.timeline.to_perfetto(folder / f"timeline_{run.run_id}.json"), "timeline")
     note = "" if whole else f"(first {TIMELINE_TRIPS} iterations of each top-level loop)\n"

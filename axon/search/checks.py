@@ -32,8 +32,9 @@ class NumericsCheck:
         return self.max_rel_err <= self.tolerance
 
 
-def _checkable(problem: LoweredProblem, point: dict[str, Any], max_flops: float,
-               caps: tuple[int, ...] = (512, 1024, 2048)) -> tuple[LoweredProblem, Graph, dict[str, int]]:
+def _checkable(
+    problem: LoweredProblem, point: dict[str, Any], max_flops: float, caps: tuple[int, ...] = (512, 1024, 2048)
+) -> tuple[LoweredProblem, Graph, dict[str, int]]:
     """The problem at the tuned shape when it is small enough, else at the smallest reduced shape
     (each dimension cut to at most one of `caps`) at which the same point lowers."""
     graph = problem.graph
@@ -42,7 +43,9 @@ def _checkable(problem: LoweredProblem, point: dict[str, Any], max_flops: float,
         for cap in caps:
             small = {k: min(v, cap) for k, v in dims.items()}
             g = graph.bind(**small)
-            p = LoweredProblem(problem.workload, g, problem.hw, [_rebind(v, small) for v in problem.variants], problem.dtype)
+            p = LoweredProblem(
+                problem.workload, g, problem.hw, [_rebind(v, small) for v in problem.variants], problem.dtype
+            )
             if p.validate(point) is None:
                 problem, graph, dims = p, g, small
                 break
@@ -63,14 +66,22 @@ def _kernel(problem: LoweredProblem, point: dict[str, Any], directory: str | Pat
 def _run(fn: Any, problem: LoweredProblem, graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     from axon import nki
 
-    arrays = [inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype) for n in graph.input_names]
+    arrays = [
+        inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype)
+        for n in graph.input_names
+    ]
     out = nki.run(fn, *arrays, hw=problem.hw)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     return dict(zip(graph.output_names, outs))
 
 
-def numerics_check(problem: LoweredProblem, point: dict[str, Any], max_flops: float = 4e9, seed: int = 0,
-                   directory: str | Path = ".axon/cache/kernels") -> NumericsCheck:
+def numerics_check(
+    problem: LoweredProblem,
+    point: dict[str, Any],
+    max_flops: float = 4e9,
+    seed: int = 0,
+    directory: str | Path = ".axon/cache/kernels",
+) -> NumericsCheck:
     """Execute the kernel of `point` in the emulator against the float64 reference.
 
     At the tuned shape when it is small enough, otherwise at a reduced shape (each dimension cut to
@@ -122,15 +133,23 @@ class AdversarialReport:
         if not bad:
             return ""
         c = max(bad, key=lambda c: c.kernel_error / max(c.allowed, 1e-30))
-        return (f"relative error {c.kernel_error:.2g} on {c.worst_case} inputs in {self.dtype} "
-                f"(allowed {c.allowed:.2g}; the spec as written {c.spec_error:.2g})")
+        return (
+            f"relative error {c.kernel_error:.2g} on {c.worst_case} inputs in {self.dtype} "
+            f"(allowed {c.allowed:.2g}; the spec as written {c.spec_error:.2g})"
+        )
 
     def summary(self) -> str:
         return ", ".join(f"{c.cls} {c.kernel_error:.1e}" for c in self.classes)
 
 
-def adversarial_check(problem: LoweredProblem, point: dict[str, Any], kernel_dir: str | Path, max_flops: float = 1e8,
-                      seed: int = 0, ranges: dict[str, tuple[float, float]] | None = None) -> AdversarialReport:
+def adversarial_check(
+    problem: LoweredProblem,
+    point: dict[str, Any],
+    kernel_dir: str | Path,
+    max_flops: float = 1e8,
+    seed: int = 0,
+    ranges: dict[str, tuple[float, float]] | None = None,
+) -> AdversarialReport:
     """Execute the kernel of `point` in the emulator on every adversarial input class.
 
     It runs a case per class and input, so above `max_flops` it runs at a reduced shape with the same
@@ -179,5 +198,4 @@ def _rebind(variant: Any, dims: dict[str, int]) -> Any:
     return replace(variant, graph=variant.graph.bind(**dims))
 
 
-__all__ = ["AdversarialReport", "ClassFigure", "NumericsCheck", "adversarial_check", "numerics_check",
-           "tolerance"]
+__all__ = ["AdversarialReport", "ClassFigure", "NumericsCheck", "adversarial_check", "numerics_check", "tolerance"]

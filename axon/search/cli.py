@@ -27,7 +27,9 @@ class Progress:
 
     def __call__(self, log) -> None:
         if self.verbose and log.status in ("infeasible", "error"):
-            line = f"trial {log.number} {log.status}: {log.reason.strip().splitlines()[0] if log.reason.strip() else '?'}"
+            line = (
+                f"trial {log.number} {log.status}: {log.reason.strip().splitlines()[0] if log.reason.strip() else '?'}"
+            )
             if self.bar is not None:
                 self.bar.write(line, file=sys.stderr)
             else:
@@ -51,13 +53,21 @@ class Progress:
 @click.option("--hw", default="trn1", show_default=True, help="Hardware file: trn1, trn2 or a YAML path.")
 @click.option("--backend", default="sim", show_default=True, type=click.Choice(["sim", "neuron"]))
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(1))
-@click.option("--seconds", default=None, type=click.FloatRange(min=0, min_open=True),
-              help="Time budget in seconds, > 0 (stops at whichever budget ends first).")
+@click.option(
+    "--seconds",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Time budget in seconds, > 0 (stops at whichever budget ends first).",
+)
 @click.option("--sampler", default="costmodel", show_default=True, type=click.Choice(["costmodel", "tpe", "random"]))
 @click.option("--cost-model", default=None, help="A model file or models:/axon-costmodel-trn1@champion to start from.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @workdir_option
-@click.option("--storage", default=None, help="Optuna storage: a journal file path or postgresql://... (default WORKDIR/optuna.log).")
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage: a journal file path or postgresql://... (default WORKDIR/optuna.log).",
+)
 @click.option("--study", default=None, help="Study name (workers with the same name share one study).")
 @click.option("--out", default=None, help="Where to write the best kernel (default WORKDIR/kernels/...).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
@@ -67,8 +77,30 @@ class Progress:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--verbose", "-v", is_flag=True, help="Print each failed trial's reason as it happens (stderr).")
 @click.option("--force", is_flag=True, help="Skip the HBM, host-memory and time guards (for those who know better).")
-def tune(workload, shape, preset, dtype, hw, backend, trials, seconds, sampler, cost_model, seed, workdir, storage, study,
-         out, tracking_uri, no_track, patience, quiet, as_json, verbose, force) -> None:
+def tune(
+    workload,
+    shape,
+    preset,
+    dtype,
+    hw,
+    backend,
+    trials,
+    seconds,
+    sampler,
+    cost_model,
+    seed,
+    workdir,
+    storage,
+    study,
+    out,
+    tracking_uri,
+    no_track,
+    patience,
+    quiet,
+    as_json,
+    verbose,
+    force,
+) -> None:
     """Tune WORKLOAD (a built-in name or path.py:function) and write the best verified kernel.
 
     A spec file's path is taken from the working directory. Ctrl-C writes the best kernel so far
@@ -83,17 +115,38 @@ def tune(workload, shape, preset, dtype, hw, backend, trials, seconds, sampler, 
     # kill -INT) must still stop the run and write the best kernel so far
     signal.signal(signal.SIGINT, signal.default_int_handler)
     dims = parse_shape_option(shape)
-    preflight(workload, dims, preset, dtype, hw, resolve_workdir(workdir), out, force, storage)  # before the heavy imports
+    preflight(
+        workload, dims, preset, dtype, hw, resolve_workdir(workdir), out, force, storage
+    )  # before the heavy imports
     from axon.search.api import TuneInterrupted
     from axon.search.api import tune as run_tune
 
     label = workload.rpartition(":")[2] if ".py:" in workload else workload
     progress = Progress(trials, label, enabled=not (quiet or as_json), verbose=verbose)
     try:
-        report = run_tune(workload, shape=dims, preset=preset, dtype=dtype, hw=hw, backend=backend, trials=trials,
-                          seconds=seconds, sampler=sampler, cost_model=cost_model, seed=seed, workdir=resolve_workdir(workdir),
-                          storage=storage, study=study, out=out, track=not no_track, tracking_uri=tracking_uri,
-                          patience=patience, force=force, on_trial=progress, warn=_warn)
+        report = run_tune(
+            workload,
+            shape=dims,
+            preset=preset,
+            dtype=dtype,
+            hw=hw,
+            backend=backend,
+            trials=trials,
+            seconds=seconds,
+            sampler=sampler,
+            cost_model=cost_model,
+            seed=seed,
+            workdir=resolve_workdir(workdir),
+            storage=storage,
+            study=study,
+            out=out,
+            track=not no_track,
+            tracking_uri=tracking_uri,
+            patience=patience,
+            force=force,
+            on_trial=progress,
+            warn=_warn,
+        )
     except TuneInterrupted as stop:
         progress.close()
         click.echo(f"axon: {stop.message}", err=True)
@@ -112,8 +165,12 @@ def tune(workload, shape, preset, dtype, hw, backend, trials, seconds, sampler, 
 @click.option("--cost-model", default=None, help="Start every task from this model (file or models:/...).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
 @click.option("--trials", default=None, type=click.IntRange(1), help="Override the config's trials per task (>= 1).")
-@click.option("--sampler", default=None, type=click.Choice(["costmodel", "tpe", "random"]), help="Override the config's sampler.")
-@click.option("--fail-on-regression", is_flag=True, help="Exit 3 when a task is more than the threshold slower than last time.")
+@click.option(
+    "--sampler", default=None, type=click.Choice(["costmodel", "tpe", "random"]), help="Override the config's sampler."
+)
+@click.option(
+    "--fail-on-regression", is_flag=True, help="Exit 3 when a task is more than the threshold slower than last time."
+)
 @click.option("--quiet", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
 def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_regression, quiet, as_json) -> None:
@@ -145,25 +202,49 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
             bar["p"](log)
 
     try:
-        report = run_sweep(config, path, cost_model=cost_model, tracking_uri=tracking_uri, on_task=on_task, on_trial=on_trial,
-                           trials=trials, sampler=sampler)
+        report = run_sweep(
+            config,
+            path,
+            cost_model=cost_model,
+            tracking_uri=tracking_uri,
+            on_task=on_task,
+            on_trial=on_trial,
+            trials=trials,
+            sampler=sampler,
+        )
     finally:
         if bar["p"] is not None:
             bar["p"].close()
     if as_json:
-        click.echo(json.dumps({"name": report.name, "parent_run_id": report.parent_run_id, "regressions": list(report.regressions),
-                               "rows": [r.__dict__ for r in report.rows], "model_versions": report.model_versions}, default=str))
+        click.echo(
+            json.dumps(
+                {
+                    "name": report.name,
+                    "parent_run_id": report.parent_run_id,
+                    "regressions": list(report.regressions),
+                    "rows": [r.__dict__ for r in report.rows],
+                    "model_versions": report.model_versions,
+                },
+                default=str,
+            )
+        )
     else:
         click.echo(report.table())
-        click.echo(f"\nsweep {report.name}: {len(report.rows)} tasks in {report.elapsed_s:.0f} s; parent run {report.parent_run_id}")
+        click.echo(
+            f"\nsweep {report.name}: {len(report.rows)} tasks in {report.elapsed_s:.0f} s; parent run {report.parent_run_id}"
+        )
         for hw, v in report.model_versions.items():
-            click.echo(f"cost model for {hw}: registered version {v} (held-out pairwise accuracy {report.model_accuracy.get(hw)})")
+            click.echo(
+                f"cost model for {hw}: registered version {v} (held-out pairwise accuracy {report.model_accuracy.get(hw)})"
+            )
         if report.regressions:
             click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
         click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")
     for row in report.failures:
-        click.echo(f"axon: error: sweep {report.name}: entry {row.key} failed: {row.error.splitlines()[0] if row.error else '?'}",
-                   err=True)
+        click.echo(
+            f"axon: error: sweep {report.name}: entry {row.key} failed: {row.error.splitlines()[0] if row.error else '?'}",
+            err=True,
+        )
     if report.failures:
         sys.exit(1)
     if fail_on_regression and report.regressions:

@@ -10,9 +10,9 @@ the sampler does.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -79,8 +79,16 @@ class CostModel:
     False
     """
 
-    def __init__(self, rounds: int = 80, max_depth: int = 6, eta: float = 0.2, seed: int = 0, nthread: int = 1,
-                 replicas: int = 5, replica_max_records: int = 512) -> None:
+    def __init__(
+        self,
+        rounds: int = 80,
+        max_depth: int = 6,
+        eta: float = 0.2,
+        seed: int = 0,
+        nthread: int = 1,
+        replicas: int = 5,
+        replica_max_records: int = 512,
+    ) -> None:
         self.rounds = rounds
         self.hw: str | None = None  # the hardware file the records it was trained on came from (saved with it)
         self.params = {
@@ -112,7 +120,7 @@ class CostModel:
         """Trained on other records before this run (a loaded or frozen model)."""
         return self.base_booster is not None
 
-    def freeze(self) -> "CostModel":
+    def freeze(self) -> CostModel:
         """Make the current model the warm start: later `fit` calls add trees on top of it."""
         if self.booster is not None:
             self.base_booster, self.booster = self.booster, None
@@ -141,15 +149,22 @@ class CostModel:
         if not self.feature_names:
             self.feature_names = sorted({k for r in ok for k in r.features})
         machines = sorted({r.hw for r in ok})
-        self.hw = machines[0] if len(machines) == 1 and self.hw in (None, machines[0]) else ",".join(
-            sorted(set(machines) | ({self.hw} if self.hw else set())))
+        self.hw = (
+            machines[0]
+            if len(machines) == 1 and self.hw in (None, machines[0])
+            else ",".join(sorted(set(machines) | ({self.hw} if self.hw else set())))
+        )
         labels = normalized_labels(ok)
-        held = np.array([int(r.kernel_hash[:8], 16) % 100 < holdout * 100 if _hexish(r.kernel_hash) else False for r in ok])
+        held = np.array(
+            [int(r.kernel_hash[:8], 16) % 100 < holdout * 100 if _hexish(r.kernel_hash) else False for r in ok]
+        )
         if held.sum() < 4 or (~held).sum() < 2:
             held[:] = False
         train = ~held
         X = self._matrix([r.features for r in ok])
-        dtrain = xgb.DMatrix(X[train], label=labels[train], weight=np.maximum(labels[train], 1e-3), feature_names=self.feature_names)
+        dtrain = xgb.DMatrix(
+            X[train], label=labels[train], weight=np.maximum(labels[train], 1e-3), feature_names=self.feature_names
+        )
         self.booster = xgb.train(self.params, dtrain, num_boost_round=self.rounds, xgb_model=self.base_booster)
         self.n_trained = int(train.sum())
         self.replicas = []
@@ -158,8 +173,12 @@ class CostModel:
             rows = np.flatnonzero(train)
             for _ in range(self.n_replicas):
                 pick = rng.choice(rows, size=len(rows), replace=True)
-                d = xgb.DMatrix(X[pick], label=labels[pick], weight=np.maximum(labels[pick], 1e-3), feature_names=self.feature_names)
-                self.replicas.append(xgb.train(self.params, d, num_boost_round=self.rounds, xgb_model=self.base_booster))
+                d = xgb.DMatrix(
+                    X[pick], label=labels[pick], weight=np.maximum(labels[pick], 1e-3), feature_names=self.feature_names
+                )
+                self.replicas.append(
+                    xgb.train(self.params, d, num_boost_round=self.rounds, xgb_model=self.base_booster)
+                )
         accuracy = None
         if held.any():
             scores = self.predict([r.features for r, h in zip(ok, held) if h])
@@ -197,13 +216,16 @@ class CostModel:
             raise StoreError("cost model has not been trained: nothing to save")
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        booster.set_attr(axon_meta=json.dumps({"rounds": self.rounds, "params": self.params, "n_trained": self.n_trained,
-                                                 "hw": self.hw}))
+        booster.set_attr(
+            axon_meta=json.dumps(
+                {"rounds": self.rounds, "params": self.params, "n_trained": self.n_trained, "hw": self.hw}
+            )
+        )
         booster.save_model(str(path))
         return path
 
     @classmethod
-    def load(cls, path: str | Path, warm_start: bool = True) -> "CostModel":
+    def load(cls, path: str | Path, warm_start: bool = True) -> CostModel:
         """A saved model; with warm_start, later `fit` calls continue training from it."""
         import xgboost as xgb
 
@@ -234,5 +256,3 @@ def _hexish(text: str) -> bool:
         return True
     except ValueError:
         return False
-
-

@@ -9,19 +9,34 @@ another. The numbers are estimates for ranking, not a simulator.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from axon.ir import DTYPE_BYTES
-from axon.nki.trace import Access, Instr as TraceInstr
 from axon.target import HardwareSpec
 from axon.target.costs import CYCLES, dma_cost
+from axon.target.trace import Access
+from axon.target.trace import Instr as TraceInstr
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
-CATEGORICAL = {"fusion": ("fused", "split_matmuls", "unfused"), "transpose": ("pe", "dma"),
-               "weights": ("stream", "resident"), "evac": ("vector", "scalar")}
+CATEGORICAL = {
+    "fusion": ("fused", "split_matmuls", "unfused"),
+    "transpose": ("pe", "dma"),
+    "weights": ("stream", "resident"),
+    "evac": ("vector", "scalar"),
+}
 NUMERIC = ("tile_m", "m_block", "tile_n", "tile_k", "bufs", "psum_bufs")
-OPCODES = ("nc_matmul", "nc_transpose", "activation", "tensor_scalar", "tensor_tensor", "tensor_reduce",
-           "tensor_copy", "dma_copy", "dma_transpose")
+OPCODES = (
+    "nc_matmul",
+    "nc_transpose",
+    "activation",
+    "tensor_scalar",
+    "tensor_tensor",
+    "tensor_reduce",
+    "tensor_copy",
+    "dma_copy",
+    "dma_transpose",
+)
 
 
 def _lg(x: float) -> float:
@@ -50,16 +65,27 @@ def _as_trace_instr(ins: Any, tensors: Mapping[str, Any]) -> TraceInstr:
         value = ins.arg(key)
         if isinstance(value, str):
             attrs.append((key, value.split(".")[-1]))
-    return TraceInstr(0, ins.opcode, ins.engine, ins.partitions, ins.free_size, tensors[main.tensor].dtype,
-                      reads, (_access(ins.dst, tensors),), 0, attrs=tuple(attrs))
+    return TraceInstr(
+        0,
+        ins.opcode,
+        ins.engine,
+        ins.partitions,
+        ins.free_size,
+        tensors[main.tensor].dtype,
+        reads,
+        (_access(ins.dst, tensors),),
+        0,
+        attrs=tuple(attrs),
+    )
 
 
 def _lg_ratio(x: float) -> float:
     return math.log2(max(x, 1e-6))
 
 
-def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, min_bytes: float = 0.0,
-                     roofline_ns: float = 0.0) -> dict[str, float]:
+def program_features(
+    program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, min_bytes: float = 0.0, roofline_ns: float = 0.0
+) -> dict[str, float]:
     """Shape-generic features of `program` (an `axon.lower.TileProgram`) on `hw`.
 
     With the task's `roofline_ns`, the engine and DMA estimates are also given as log ratios to it
@@ -109,9 +135,15 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
                     dma["fixed_ns"] += mult * fixed
                 else:
                     busy[engine] += mult * ns
-                    if hw.ports.vector_gpsimd_share_sbuf and engine in ("vector", "gpsimd") and any(tensors[r.tensor].buffer == "sbuf" for r in s.reads):
+                    if (
+                        hw.ports.vector_gpsimd_share_sbuf
+                        and engine in ("vector", "gpsimd")
+                        and any(tensors[r.tensor].buffer == "sbuf" for r in s.reads)
+                    ):
                         ports["sbuf"] += mult * ns
-                    if engine in ("vector", "scalar") and any(tensors[r.tensor].buffer == "psum" for r in s.reads + (s.dst,)):
+                    if engine in ("vector", "scalar") and any(
+                        tensors[r.tensor].buffer == "psum" for r in s.reads + (s.dst,)
+                    ):
                         ports["psum"] += mult * ns
 
     walk(program.body, 1)
@@ -157,7 +189,9 @@ def program_features(program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, 
         f["bound_over_roof"] = _lg_ratio(bound / roofline_ns)
         f["overlap_bound_over_roof"] = _lg_ratio(overlap_bound / roofline_ns)
         f["dma_over_roof"] = _lg_ratio(dma_time / roofline_ns)
-        f["dma_fixed_over_roof"] = _lg_ratio(dma["fixed_ns"] / (hw.dma.engines * hw.dma.queues_per_engine) / roofline_ns)
+        f["dma_fixed_over_roof"] = _lg_ratio(
+            dma["fixed_ns"] / (hw.dma.engines * hw.dma.queues_per_engine) / roofline_ns
+        )
         f["sum_busy_over_roof"] = _lg_ratio((sum(busy.values()) + dma_time) / roofline_ns)
         for e in ENGINES:
             f[f"busy_{e}_over_roof"] = _lg_ratio(busy[e] / roofline_ns)

@@ -90,15 +90,21 @@ def check_tune(graph: Graph, hw: object, what: str) -> Estimate:
     shape = ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
     hbm = hw.memory.hbm_bytes  # type: ignore[attr-defined]
     if est.hbm_bytes > hbm:
-        raise SpecError(f"{what} at {shape} needs {_gib(est.hbm_bytes)} of HBM for its inputs and outputs, "
-                        f"{hw.name} has {_gib(hbm)} per NeuronCore: use a smaller --shape (or --force)")  # type: ignore[attr-defined]
+        raise SpecError(
+            f"{what} at {shape} needs {_gib(est.hbm_bytes)} of HBM for its inputs and outputs, "
+            f"{hw.name} has {_gib(hbm)} per NeuronCore: use a smaller --shape (or --force)"
+        )  # type: ignore[attr-defined]
     limit = HOST_FRACTION * host_memory()
     if est.host_bytes > limit:
-        raise SpecError(f"{what} at {shape} needs about {_gib(est.host_bytes)} of host memory to emulate and check, "
-                        f"more than half of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)")
+        raise SpecError(
+            f"{what} at {shape} needs about {_gib(est.host_bytes)} of host memory to emulate and check, "
+            f"more than half of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)"
+        )
     if est.trace_s > MAX_TRIAL_S:
-        raise SpecError(f"{what} at {shape}: one trial would trace about {est.trace_instructions:,.0f} instructions "
-                        f"(~{est.trace_s / 3600:,.1f} h at {TRACE_PER_S:,.0f}/s): use a smaller --shape (or --force)")
+        raise SpecError(
+            f"{what} at {shape}: one trial would trace about {est.trace_instructions:,.0f} instructions "
+            f"(~{est.trace_s / 3600:,.1f} h at {TRACE_PER_S:,.0f}/s): use a smaller --shape (or --force)"
+        )
     return est
 
 
@@ -107,8 +113,10 @@ def check_evaluate(graph: Graph, what: str) -> None:
     need = evaluate_bytes(graph)
     if need > HOST_FRACTION * host_memory():
         shape = ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
-        raise SpecError(f"{what} at {shape}: evaluating it needs about {_gib(need)} of host memory, more than half "
-                        f"of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)")
+        raise SpecError(
+            f"{what} at {shape}: evaluating it needs about {_gib(need)} of host memory, more than half "
+            f"of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)"
+        )
 
 
 def prepare_workdir(workdir: str | Path) -> Path:
@@ -155,9 +163,11 @@ def check_journal(path: Path, settle_s: float = 0.2) -> None:
         lines = path.read_bytes().splitlines(keepends=True)
     for number, line in enumerate(lines, 1):
         if number == len(lines) and not line.endswith(b"\n"):
-            raise StoreError(f"Optuna journal {path} is corrupt (its last line, {number}, was cut off mid-write): remove "
-                             f"that line to keep its studies (sed -i '$d' {path}), or move the file aside to start "
-                             f"afresh; records.db keeps every measurement either way")
+            raise StoreError(
+                f"Optuna journal {path} is corrupt (its last line, {number}, was cut off mid-write): remove "
+                f"that line to keep its studies (sed -i '$d' {path}), or move the file aside to start "
+                f"afresh; records.db keeps every measurement either way"
+            )
         try:
             record = json.loads(line)
             ok = isinstance(record, dict) and record.get("op_code") in JOURNAL_OPS
@@ -168,12 +178,23 @@ def check_journal(path: Path, settle_s: float = 0.2) -> None:
 
 
 def corrupt_journal(path: Path | str, what: str) -> str:
-    return (f"Optuna journal {path} is corrupt ({what}): move it aside (mv {path} {path}.bad) to start its studies "
-            f"afresh; records.db keeps every measurement, so no kernel is measured again")
+    return (
+        f"Optuna journal {path} is corrupt ({what}): move it aside (mv {path} {path}.bad) to start its studies "
+        f"afresh; records.db keeps every measurement, so no kernel is measured again"
+    )
 
 
-def preflight(workload: str, shape: dict[str, int] | None, preset: str, dtype: str, hw: str, workdir: str | Path,
-              out: str | Path | None, force: bool, storage: str | None = None) -> None:
+def preflight(
+    workload: str,
+    shape: dict[str, int] | None,
+    preset: str,
+    dtype: str,
+    hw: str,
+    workdir: str | Path,
+    out: str | Path | None,
+    force: bool,
+    storage: str | None = None,
+) -> None:
     """Every check `axon.search.api.tune` makes before its first trace, without its imports (optuna,
     the emulator): what the CLI runs first, so a refusal comes within a second or two."""
     from axon.target import load_hw

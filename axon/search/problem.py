@@ -9,8 +9,9 @@ sampler scores many candidates and validation lowers too.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from optuna.distributions import CategoricalDistribution
@@ -167,12 +168,18 @@ class LoweredProblem:
         source = emit(prog)
         inputs = tuple((n.attr("name"), self.graph.concrete_shape(n.id), n.type.dtype) for n in self.graph.inputs)
         variant = self.variants[index]
-        return Candidate(source, prog.name, inputs, self.features(point),
-                         getattr(variant, "hash", self.graph.canonical_hash()), kernel_hash(source))
+        return Candidate(
+            source,
+            prog.name,
+            inputs,
+            self.features(point),
+            getattr(variant, "hash", self.graph.canonical_hash()),
+            kernel_hash(source),
+        )
 
     def describe(self, point: Mapping[str, Any]) -> str:
         index, knobs = self._split(point)
         moves = [m.name for m in getattr(self.variants[index], "moves", ())]
-        return f"variant {index} ({' + '.join(moves) or 'as written'}), " + ", ".join(f"{k}={v}" for k, v in sorted(knobs.items()))
-
-
+        return f"variant {index} ({' + '.join(moves) or 'as written'}), " + ", ".join(
+            f"{k}={v}" for k, v in sorted(knobs.items())
+        )

@@ -13,7 +13,8 @@ implementing `CandidateSpace`; the sampler knows nothing of NKI.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import optuna
@@ -66,8 +67,12 @@ def _novelty(feats: Sequence[Mapping[str, float]], known: Sequence[Mapping[str, 
     # differences taken directly (not |x|^2 + |k|^2 - 2x.k), so a copy of a measured point is exactly 0
     # away and equal distances stay equal; in blocks of candidates to bound the memory
     step = max(1, 2**20 // max(1, K.size))
-    return np.concatenate([np.sqrt(((X[i:i + step, None, :] - K[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
-                           for i in range(0, len(X), step)])
+    return np.concatenate(
+        [
+            np.sqrt(((X[i : i + step, None, :] - K[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
+            for i in range(0, len(X), step)
+        ]
+    )
 
 
 class CostModelSampler(BaseSampler):
@@ -107,10 +112,19 @@ class CostModelSampler(BaseSampler):
         self.last_prediction: float | None = None
 
     def settings(self) -> dict[str, Any]:
-        return {"sampler": "costmodel", "pool_size": self.pool_size, "n_mutations": self.n_mutations,
-                "epsilon": self.epsilon, "n_startup": self.n_startup, "seed": self.seed, "prior": self.prior or "",
-                "prior_records": self.prior_records, "neighbourhoods": self.neighbourhoods,
-                "spread_weight": self.spread_weight, "novelty": self.novelty}
+        return {
+            "sampler": "costmodel",
+            "pool_size": self.pool_size,
+            "n_mutations": self.n_mutations,
+            "epsilon": self.epsilon,
+            "n_startup": self.n_startup,
+            "seed": self.seed,
+            "prior": self.prior or "",
+            "prior_records": self.prior_records,
+            "neighbourhoods": self.neighbourhoods,
+            "spread_weight": self.spread_weight,
+            "novelty": self.novelty,
+        }
 
     def reseed_rng(self) -> None:  # called by Optuna for n_jobs > 1
         self._rng = np.random.default_rng(self._rng.integers(2**32))
@@ -138,7 +152,9 @@ class CostModelSampler(BaseSampler):
     def _was_measured(self, point: Point) -> bool:
         return bool(self._measured_hook and self._measured_hook(point))
 
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         if not search_space:
             return {}
         seen, done = self._seen(study)
@@ -159,7 +175,11 @@ class CostModelSampler(BaseSampler):
             if hasattr(self.space, "neighbours"):  # every one-step move from the best few measured points
                 for p in (q for e in elite[: self.neighbourhoods] for q in self.space.neighbours(e)):
                     pool.setdefault(point_key(p), p)
-            cands = [p for k, p in pool.items() if k not in seen and self.space.validate(p) is None and not self._was_measured(p)]
+            cands = [
+                p
+                for k, p in pool.items()
+                if k not in seen and self.space.validate(p) is None and not self._was_measured(p)
+            ]
             if cands:
                 feats = [self.features(p) for p in cands]
                 known = [self.features(p) for _, p in done] if self.novelty else []
@@ -170,8 +190,9 @@ class CostModelSampler(BaseSampler):
         p = self._random_valid(seen)
         return p if p is not None else {}
 
-    def _scores(self, feats: list[Mapping[str, float]], n_done: int, use_model: bool,
-                known: Sequence[Mapping[str, float]] = ()) -> np.ndarray:
+    def _scores(
+        self, feats: list[Mapping[str, float]], n_done: int, use_model: bool, known: Sequence[Mapping[str, float]] = ()
+    ) -> np.ndarray:
         """The model's scores, blended with the analytic prior while the task has few measurements.
 
         The prior ranks by the bound the features estimate from the program (`overlap_bound_log`:
@@ -209,7 +230,9 @@ class CostModelSampler(BaseSampler):
         if not use_model:
             return prior if prior is not None else np.zeros(len(feats))
         model = np.asarray(self.model.predict(feats), dtype=float)
-        spread = self.model.predict_spread(feats) if self.spread_weight and hasattr(self.model, "predict_spread") else None
+        spread = (
+            self.model.predict_spread(feats) if self.spread_weight and hasattr(self.model, "predict_spread") else None
+        )
         if spread is not None:  # optimism where the model is unsure: mean + weight * replica spread
             model = model + self.spread_weight * spread
         if prior is None:
@@ -222,5 +245,7 @@ class CostModelSampler(BaseSampler):
             score = score + self.novelty * _quantiles(_novelty(feats, known))
         return score
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)

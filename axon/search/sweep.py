@@ -11,9 +11,10 @@ import csv
 import io
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from axon.measure.records import RecordDB
 from axon.search.costmodel import CostModel
@@ -72,32 +73,82 @@ class SweepReport:
             flag = "REGRESSION" if r.key in self.regressions else ("FAILED" if r.error else "")
             change = "" if r.change is None else f"{r.change:+.1%}"
             roof = "" if r.latency_ns is None or r.roofline_ns is None else f"{r.roofline_ns / r.latency_ns:.0%}"
-            lines.append([r.key, us(r.latency_ns), ratio(r.unfused_ns, r.latency_ns), ratio(r.expert_ns, r.latency_ns), roof,
-                          us(r.previous_ns), change, flag])
+            lines.append(
+                [
+                    r.key,
+                    us(r.latency_ns),
+                    ratio(r.unfused_ns, r.latency_ns),
+                    ratio(r.expert_ns, r.latency_ns),
+                    roof,
+                    us(r.previous_ns),
+                    change,
+                    flag,
+                ]
+            )
         widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines)
 
     def markdown(self) -> str:
-        out = [f"# Sweep {self.name}", "", "| task | latency (us) | vs unfused | vs expert | roofline | previous (us) | change | flag |",
-               "|---|---|---|---|---|---|---|---|"]
+        out = [
+            f"# Sweep {self.name}",
+            "",
+            "| task | latency (us) | vs unfused | vs expert | roofline | previous (us) | change | flag |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in self.rows:
             flag = "REGRESSION" if r.key in self.regressions else ("FAILED: " + r.error[:80] if r.error else "")
-            out.append("| " + " | ".join([
-                r.key, "" if r.latency_ns is None else f"{r.latency_ns / 1e3:,.1f}",
-                "" if not (r.unfused_ns and r.latency_ns) else f"{r.unfused_ns / r.latency_ns:.2f}x",
-                "" if not (r.expert_ns and r.latency_ns) else f"{r.expert_ns / r.latency_ns:.2f}x",
-                "" if not (r.roofline_ns and r.latency_ns) else f"{r.roofline_ns / r.latency_ns:.0%}",
-                "" if r.previous_ns is None else f"{r.previous_ns / 1e3:,.1f}",
-                "" if r.change is None else f"{r.change:+.1%}", flag]) + " |")
+            out.append(
+                "| "
+                + " | ".join(
+                    [
+                        r.key,
+                        "" if r.latency_ns is None else f"{r.latency_ns / 1e3:,.1f}",
+                        "" if not (r.unfused_ns and r.latency_ns) else f"{r.unfused_ns / r.latency_ns:.2f}x",
+                        "" if not (r.expert_ns and r.latency_ns) else f"{r.expert_ns / r.latency_ns:.2f}x",
+                        "" if not (r.roofline_ns and r.latency_ns) else f"{r.roofline_ns / r.latency_ns:.0%}",
+                        "" if r.previous_ns is None else f"{r.previous_ns / 1e3:,.1f}",
+                        "" if r.change is None else f"{r.change:+.1%}",
+                        flag,
+                    ]
+                )
+                + " |"
+            )
         return "\n".join(out) + "\n"
 
     def csv(self) -> str:
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow(["task", "workload", "hw", "latency_ns", "unfused_ns", "expert_ns", "roofline_ns", "previous_ns", "change", "regression", "error"])
+        w.writerow(
+            [
+                "task",
+                "workload",
+                "hw",
+                "latency_ns",
+                "unfused_ns",
+                "expert_ns",
+                "roofline_ns",
+                "previous_ns",
+                "change",
+                "regression",
+                "error",
+            ]
+        )
         for r in self.rows:
-            w.writerow([r.key, r.workload, r.hw, r.latency_ns, r.unfused_ns, r.expert_ns, r.roofline_ns, r.previous_ns,
-                        r.change, r.key in self.regressions, r.error])
+            w.writerow(
+                [
+                    r.key,
+                    r.workload,
+                    r.hw,
+                    r.latency_ns,
+                    r.unfused_ns,
+                    r.expert_ns,
+                    r.roofline_ns,
+                    r.previous_ns,
+                    r.change,
+                    r.key in self.regressions,
+                    r.error,
+                ]
+            )
         return buf.getvalue()
 
 
@@ -108,8 +159,11 @@ def _state_path(workdir: Path, config: SweepConfig) -> Path:
 def _previous(tracker: Any, name: str, exclude: str) -> dict[str, float | None]:
     """Latencies of the last finished sweep of this name (from its child runs' metrics)."""
     parents = tracker.client.search_runs(
-        [tracker.experiment_id], filter_string=f"tags.`axon.sweep` = '{name}' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"], max_results=20)
+        [tracker.experiment_id],
+        filter_string=f"tags.`axon.sweep` = '{name}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=20,
+    )
     for parent in parents:
         if parent.info.run_id == exclude:
             continue
@@ -123,10 +177,19 @@ def _previous(tracker: Any, name: str, exclude: str) -> dict[str, float | None]:
     return {}
 
 
-def run_sweep(config_path: str | Path, workdir: str | Path, *, fail_on_regression: bool = False, cost_model: str | None = None,
-              tracking_uri: str | None = None, on_task: Callable[[str, int, int], None] | None = None,
-              on_trial: Callable[[Any], None] | None = None, trials: int | None = None, sampler: str | None = None,
-              extra_config: dict[str, Any] | None = None) -> SweepReport:
+def run_sweep(
+    config_path: str | Path,
+    workdir: str | Path,
+    *,
+    fail_on_regression: bool = False,
+    cost_model: str | None = None,
+    tracking_uri: str | None = None,
+    on_task: Callable[[str, int, int], None] | None = None,
+    on_trial: Callable[[Any], None] | None = None,
+    trials: int | None = None,
+    sampler: str | None = None,
+    extra_config: dict[str, Any] | None = None,
+) -> SweepReport:
     """Run (or resume) the sweep of `config_path` in `workdir`.
 
     Every entry is checked before the first is tuned (workload, shapes, hardware file, resource
@@ -155,10 +218,22 @@ def run_sweep(config_path: str | Path, workdir: str | Path, *, fail_on_regressio
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     resume = state.get("status") == "running"
     start = time.perf_counter()
-    params = {"config": config.name, "config_file": config.source, "config_digest": config.digest, "trials": config.trials,
-              "sampler": config.sampler, "seed": config.seed, "hw": list(config.hw), "entries": len(config.entries)}
-    with tracker.run(f"sweep {config.name}", params=None if resume else params,
-                     tags={"axon.sweep": config.name, "axon.kind": "sweep"}, run_id=state.get("parent") if resume else None) as parent:
+    params = {
+        "config": config.name,
+        "config_file": config.source,
+        "config_digest": config.digest,
+        "trials": config.trials,
+        "sampler": config.sampler,
+        "seed": config.seed,
+        "hw": list(config.hw),
+        "entries": len(config.entries),
+    }
+    with tracker.run(
+        f"sweep {config.name}",
+        params=None if resume else params,
+        tags={"axon.sweep": config.name, "axon.kind": "sweep"},
+        run_id=state.get("parent") if resume else None,
+    ) as parent:
         if not resume:
             state = {"parent": parent.run_id, "status": "running", "done": {}}
             state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,33 +252,82 @@ def run_sweep(config_path: str | Path, workdir: str | Path, *, fail_on_regressio
             if key in state["done"] and not state["done"][key].get("error"):
                 continue
             try:
-                report = tune(config.workload(entry), shape=entry.dims, preset=entry.preset, dtype=entry.dtype, hw=hw,
-                              backend=config.backend, trials=config.trials, sampler=config.sampler, seed=config.seed,
-                              cost_model=cost_model, workdir=workdir, study=study,
-                              tracking_uri=tracking_uri, parent_run=parent, on_trial=on_trial)
-                done = {"latency_ns": report.best_latency_ns, "unfused_ns": report.unfused_ns, "expert_ns": report.expert_ns,
-                        "roofline_ns": report.roofline_ns, "run_id": report.run_id, "error": ""}
+                report = tune(
+                    config.workload(entry),
+                    shape=entry.dims,
+                    preset=entry.preset,
+                    dtype=entry.dtype,
+                    hw=hw,
+                    backend=config.backend,
+                    trials=config.trials,
+                    sampler=config.sampler,
+                    seed=config.seed,
+                    cost_model=cost_model,
+                    workdir=workdir,
+                    study=study,
+                    tracking_uri=tracking_uri,
+                    parent_run=parent,
+                    on_trial=on_trial,
+                )
+                done = {
+                    "latency_ns": report.best_latency_ns,
+                    "unfused_ns": report.unfused_ns,
+                    "expert_ns": report.expert_ns,
+                    "roofline_ns": report.roofline_ns,
+                    "run_id": report.run_id,
+                    "error": "",
+                }
                 tracker.client.set_tag(report.run_id, "axon.sweep_key", key)
             except AxonError as exc:
-                done = {"latency_ns": None, "unfused_ns": None, "expert_ns": None, "roofline_ns": None, "run_id": "", "error": str(exc)}
+                done = {
+                    "latency_ns": None,
+                    "unfused_ns": None,
+                    "expert_ns": None,
+                    "roofline_ns": None,
+                    "run_id": "",
+                    "error": str(exc),
+                }
             state["done"][key] = {**done, "workload": entry.workload, "hw": hw}
             state_path.write_text(json.dumps(state))
-        rows = tuple(SweepRow(key, d["workload"], d["hw"], d["latency_ns"], d["unfused_ns"], d["expert_ns"], d["roofline_ns"],
-                              previous.get(key), d["run_id"], d["error"]) for key, d in state["done"].items())
+        rows = tuple(
+            SweepRow(
+                key,
+                d["workload"],
+                d["hw"],
+                d["latency_ns"],
+                d["unfused_ns"],
+                d["expert_ns"],
+                d["roofline_ns"],
+                previous.get(key),
+                d["run_id"],
+                d["error"],
+            )
+            for key, d in state["done"].items()
+        )
         _, regressions = compare({r.key: r.latency_ns for r in rows}, previous, config.regression_threshold)
         versions, accuracy = _retrain(config, workdir, tracker, parent)
-        report = SweepReport(config.name, parent.run_id, rows, tuple(c.key for c in regressions), versions, accuracy,
-                             time.perf_counter() - start)
+        report = SweepReport(
+            config.name,
+            parent.run_id,
+            rows,
+            tuple(c.key for c in regressions),
+            versions,
+            accuracy,
+            time.perf_counter() - start,
+        )
         parent.log_text(report.markdown(), "summary.md")
         parent.log_text(report.csv(), "summary.csv")
-        parent.log_metrics({"regressions": len(regressions), "tasks": len(rows),
-                            "failed": sum(1 for r in rows if r.error)})
+        parent.log_metrics(
+            {"regressions": len(regressions), "tasks": len(rows), "failed": sum(1 for r in rows if r.error)}
+        )
         state["status"] = "finished"
         state_path.write_text(json.dumps(state))
     return report
 
 
-def _retrain(config: SweepConfig, workdir: Path, tracker: Any, parent: Any) -> tuple[dict[str, int], dict[str, float | None]]:
+def _retrain(
+    config: SweepConfig, workdir: Path, tracker: Any, parent: Any
+) -> tuple[dict[str, int], dict[str, float | None]]:
     """Retrain one cost model per hardware file on every record, log and register it."""
     db = RecordDB(workdir / "records.db")
     versions, accuracy = {}, {}
@@ -220,6 +344,10 @@ def _retrain(config: SweepConfig, workdir: Path, tracker: Any, parent: Any) -> t
         name = config.registered_model.format(hw=hw_name)
         accuracy[hw_name] = None if acc is None else acc.pairwise
         versions[hw_name] = tracker.log_cost_model(parent, path, name, accuracy[hw_name])
-        parent.log_metrics({f"cost_model_{hw_name}_pairwise": acc.pairwise if acc else float("nan"),
-                            f"cost_model_{hw_name}_records": len(records)})
+        parent.log_metrics(
+            {
+                f"cost_model_{hw_name}_pairwise": acc.pairwise if acc else float("nan"),
+                f"cost_model_{hw_name}_records": len(records),
+            }
+        )
     return versions, accuracy

@@ -98,7 +98,17 @@ def load_sweep(path: str | Path) -> SweepConfig:
         raise SpecError(f"{file} is not valid YAML") from None
     if not isinstance(data, dict):
         raise SpecError(f"{file}: expected a mapping at the top level")
-    known = {"name", "hw", "entries", "backend", "sampler", "trials", "seed", "regression_threshold", "registered_model"}
+    known = {
+        "name",
+        "hw",
+        "entries",
+        "backend",
+        "sampler",
+        "trials",
+        "seed",
+        "regression_threshold",
+        "registered_model",
+    }
     unknown = sorted(set(data) - known)
     if unknown:
         raise SpecError(f"{file}: unknown field {unknown[0]}")
@@ -121,10 +131,18 @@ def load_sweep(path: str | Path) -> SweepConfig:
         workload = str(raw["workload"])
         spec_file = resolve_workload(workload, str(path.resolve().parent)).rpartition(":")[0]
         if spec_file.endswith(".py") and not os.path.isfile(spec_file):
-            raise SpecError(f"{file}: field {where}.workload: spec file {spec_file} not found "
-                            f"(a relative path is taken from the config file's directory)")
-        entries.append(SweepEntry(workload, str(raw.get("preset", "default")), tuple(sorted(shape.items())),
-                                  str(raw.get("dtype", "float32"))))
+            raise SpecError(
+                f"{file}: field {where}.workload: spec file {spec_file} not found "
+                f"(a relative path is taken from the config file's directory)"
+            )
+        entries.append(
+            SweepEntry(
+                workload,
+                str(raw.get("preset", "default")),
+                tuple(sorted(shape.items())),
+                str(raw.get("dtype", "float32")),
+            )
+        )
     sampler = _field(data, "sampler", str, file, "costmodel")
     if sampler not in SAMPLERS:
         raise SpecError(f"{file}: field sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
@@ -135,10 +153,16 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if threshold < 0:
         raise SpecError(f"{file}: field regression_threshold must not be negative")
     return SweepConfig(
-        name=str(_field(data, "name", str, file, path.stem)), hw=tuple(hw), entries=tuple(entries),
-        backend=str(_field(data, "backend", str, file, "sim")), sampler=sampler, trials=trials,
-        seed=int(_field(data, "seed", int, file, 0)), regression_threshold=threshold,
-        registered_model=str(_field(data, "registered_model", str, file, "axon-costmodel-{hw}")), source=file,
+        name=str(_field(data, "name", str, file, path.stem)),
+        hw=tuple(hw),
+        entries=tuple(entries),
+        backend=str(_field(data, "backend", str, file, "sim")),
+        sampler=sampler,
+        trials=trials,
+        seed=int(_field(data, "seed", int, file, 0)),
+        regression_threshold=threshold,
+        registered_model=str(_field(data, "registered_model", str, file, "axon-costmodel-{hw}")),
+        source=file,
     )
 
 
@@ -155,7 +179,9 @@ class Change:
         return self.latency_ns / self.previous_ns
 
 
-def compare(current: dict[str, float | None], previous: dict[str, float | None], threshold: float) -> tuple[list[Change], list[Change]]:
+def compare(
+    current: dict[str, float | None], previous: dict[str, float | None], threshold: float
+) -> tuple[list[Change], list[Change]]:
     """All changes against the previous sweep, and the regressions (slower by more than threshold)."""
     changes = [Change(k, v, previous.get(k)) for k, v in current.items()]
     regressions = [c for c in changes if c.ratio is not None and c.ratio > 1 + threshold]

@@ -9,8 +9,9 @@ repeating a measurement.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import optuna
@@ -97,7 +98,9 @@ class TuneResult:
     sampler_settings: dict[str, Any] = field(default_factory=dict)
 
 
-def make_sampler(name: str, problem: Problem, model: CostModel, seed: int, measured: Callable[[dict], bool]) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, problem: Problem, model: CostModel, seed: int, measured: Callable[[dict], bool]
+) -> optuna.samplers.BaseSampler:
     if name == "costmodel":
         return CostModelSampler(problem, model, problem.features, seed=seed, measured=measured)
     if name == "tpe":
@@ -113,9 +116,16 @@ class Tuner:
     >>> # see axon.search.tune() for the end-to-end entry point used by `axon tune`
     """
 
-    def __init__(self, problem: Problem, backend: Backend, db: RecordDB, config: TuneConfig,
-                 storage: Any = None, model: CostModel | None = None,
-                 on_trial: Callable[[TrialLog], None] | None = None) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        backend: Backend,
+        db: RecordDB,
+        config: TuneConfig,
+        storage: Any = None,
+        model: CostModel | None = None,
+        on_trial: Callable[[TrialLog], None] | None = None,
+    ) -> None:
         self.problem, self.backend, self.db, self.config = problem, backend, db, config
         self.model = model or CostModel(seed=config.seed)
         self.on_trial = on_trial
@@ -129,9 +139,22 @@ class Tuner:
 
     def _record_stub(self, **kw: Any) -> Record:
         p = self.problem
-        base = dict(workload=p.workload, shapes=dict(p.shapes), dtype=p.dtype, hw=p.hw.name, hw_hash=p.hw.file_hash,
-                    backend=self.backend.name, variant_hash="", point={}, kernel_hash="", features={},
-                    latency_ns=None, status="ok", axon_version=__version__, run_id=self.config.run_id)
+        base = dict(
+            workload=p.workload,
+            shapes=dict(p.shapes),
+            dtype=p.dtype,
+            hw=p.hw.name,
+            hw_hash=p.hw.file_hash,
+            backend=self.backend.name,
+            variant_hash="",
+            point={},
+            kernel_hash="",
+            features={},
+            latency_ns=None,
+            status="ok",
+            axon_version=__version__,
+            run_id=self.config.run_id,
+        )
         return Record(**{**base, **kw})
 
     def _training_records(self) -> list[Record]:
@@ -143,19 +166,35 @@ class Tuner:
         known = self.db.lookup(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash)
         if known is not None:
             if known.task != self.task:  # the same kernel measured under another task: copy, do not re-measure
-                known = self.db.add(self._record_stub(
-                    variant_hash=cand.variant_hash, point=point, kernel_hash=cand.kernel_hash, features=dict(cand.features),
-                    latency_ns=known.latency_ns, status=known.status, error=known.error,
-                    measurement={**known.measurement, "copied_from": known.id}))
+                known = self.db.add(
+                    self._record_stub(
+                        variant_hash=cand.variant_hash,
+                        point=point,
+                        kernel_hash=cand.kernel_hash,
+                        features=dict(cand.features),
+                        latency_ns=known.latency_ns,
+                        status=known.status,
+                        error=known.error,
+                        measurement={**known.measurement, "copied_from": known.id},
+                    )
+                )
             return known, "reused"
         if not self.db.claim(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash):
-            busy = self._record_stub(point=point, kernel_hash=cand.kernel_hash, status="error",
-                                     error="being measured by another worker")
+            busy = self._record_stub(
+                point=point, kernel_hash=cand.kernel_hash, status="error", error="being measured by another worker"
+            )
             return busy, "busy"
         m: Measurement = self.backend.measure(cand.source, cand.kernel, cand.inputs, self.problem.hw)
-        record = self._record_stub(variant_hash=cand.variant_hash, point=point, kernel_hash=cand.kernel_hash,
-                                   features=dict(cand.features), latency_ns=m.latency_ns,
-                                   status=m.status, error=m.error, measurement=m.as_dict())
+        record = self._record_stub(
+            variant_hash=cand.variant_hash,
+            point=point,
+            kernel_hash=cand.kernel_hash,
+            features=dict(cand.features),
+            latency_ns=m.latency_ns,
+            status=m.status,
+            error=m.error,
+            measurement=m.as_dict(),
+        )
         return self.db.add(record), "measured"
 
     def _current(self, record: Record) -> bool:
@@ -171,8 +210,10 @@ class Tuner:
 
     def best(self) -> Record | None:
         """The fastest measured kernel of this task that the current code still emits."""
-        ok = sorted((r for r in self.db.records(task=self.task) if r.status == "ok" and r.latency_ns is not None),
-                    key=lambda r: r.latency_ns)
+        ok = sorted(
+            (r for r in self.db.records(task=self.task) if r.status == "ok" and r.latency_ns is not None),
+            key=lambda r: r.latency_ns,
+        )
         return next((r for r in ok if self._current(r)), None)
 
     def run(self) -> TuneResult:
@@ -181,12 +222,18 @@ class Tuner:
             self._by_point.setdefault(point_key(r.point), r)
         if self.model is not None and self.config.sampler == "costmodel" and len(self._training_records()) >= 2:
             self.model.fit(self._training_records())
-        sampler = make_sampler(cfg.sampler, self.problem, self.model, cfg.seed,
-                               lambda p: point_key(p) in self._by_point and self._current(self._by_point[point_key(p)]))
+        sampler = make_sampler(
+            cfg.sampler,
+            self.problem,
+            self.model,
+            cfg.seed,
+            lambda p: point_key(p) in self._by_point and self._current(self._by_point[point_key(p)]),
+        )
         name = cfg.study_name or f"{self.task}:{cfg.sampler}:seed{cfg.seed}"
         try:
-            study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler, direction="minimize",
-                                        load_if_exists=True)
+            study = optuna.create_study(
+                study_name=name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True
+            )
             finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))
         except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:
             # a journal whose lines parse but do not replay (truncated between operations, edited,
@@ -235,8 +282,16 @@ class Tuner:
                 break
         counts = {s: sum(1 for l in logs if l.status == s) for s in ("measured", "reused", "infeasible", "error")}
         settings = sampler.settings() if hasattr(sampler, "settings") else {"sampler": cfg.sampler, "seed": cfg.seed}
-        return TuneResult(self.best(), tuple(logs), time.perf_counter() - start, name,
-                          counts["measured"], counts["reused"], counts["infeasible"] + counts["error"], settings)
+        return TuneResult(
+            self.best(),
+            tuple(logs),
+            time.perf_counter() - start,
+            name,
+            counts["measured"],
+            counts["reused"],
+            counts["infeasible"] + counts["error"],
+            settings,
+        )
 
 
 def _corrupt_storage(storage: Any, exc: Exception) -> str:
@@ -245,5 +300,7 @@ def _corrupt_storage(storage: Any, exc: Exception) -> str:
     what = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'replay failed'}"
     if path is None:
         return f"the Optuna storage {storage!r} cannot be read ({what})"
-    return (f"Optuna journal {path} is corrupt ({what}): move it aside (mv {path} {path}.bad) to start its studies "
-            f"afresh; records.db keeps every measurement, so no kernel is measured again")
+    return (
+        f"Optuna journal {path} is corrupt ({what}): move it aside (mv {path} {path}.bad) to start its studies "
+        f"afresh; records.db keeps every measurement, so no kernel is measured again"
+    )

@@ -13,10 +13,18 @@ import click
 
 @click.command("profile")
 @click.argument("kernel")
-@click.option("--input", "inputs", multiple=True, help="NAME=DTYPE[SHAPE], e.g. a=bfloat16[128,512]; once per argument.")
+@click.option(
+    "--input", "inputs", multiple=True, help="NAME=DTYPE[SHAPE], e.g. a=bfloat16[128,512]; once per argument."
+)
 @click.option("--hw", default="trn1", show_default=True, help="Hardware file: a built-in name or a YAML path.")
-@click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="Directory for the timeline files (<fn>.perfetto.json, <fn>.png).")
+@click.option(
+    "--out",
+    "out_dir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Directory for the timeline files (<fn>.perfetto.json, <fn>.png).",
+)
 @click.option("--no-png", is_flag=True, help="Skip the PNG Gantt chart.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs it runs on.")
 def profile(kernel: str, inputs: tuple[str, ...], hw: str, out_dir: str, no_png: bool, seed: int) -> None:

@@ -8,9 +8,9 @@ instruction finds the RAW, WAR and WAW producers it has to wait for. It knows no
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from axon.nki.trace import Access, Alloc
+from axon.target.trace import Access, Alloc
 
 # One record: (partition_lo, partition_hi, byte_lo, byte_hi, time, engine, instruction index, end).
 # time = when the data is usable (writes) or released (reads); end = when the instruction ended.
@@ -21,7 +21,7 @@ RAW, WAR, WAW = 0, 1, 2
 def buffer_slots(allocs: Iterable[Alloc], loop_buffers: int) -> dict[int, int]:
     """Map alloc id -> physical slot: allocations of one in-loop site share `loop_buffers` slots.
 
-    >>> from axon.nki.trace import Alloc
+    >>> from axon.target.trace import Alloc
     >>> a = [Alloc(i, "sbuf", "t", (128, 512), "float32", 128, 2048, "k.py:7", loop_depth=1) for i in range(4)]
     >>> sorted(buffer_slots(a, 2).values())
     [0, 0, 1, 1]
@@ -95,8 +95,9 @@ class MemoryState:
                         out.append((r, WAR))
         return out
 
-    def record(self, reads: tuple[Access, ...], writes: tuple[Access, ...], end: float, ready: float,
-               engine: str, index: int) -> None:
+    def record(
+        self, reads: tuple[Access, ...], writes: tuple[Access, ...], end: float, ready: float, engine: str, index: int
+    ) -> None:
         """Remember the accesses of an instruction that ends at `end` (its result usable at `ready`)."""
         for a in reads:
             s = self.slot(a.alloc)
@@ -114,7 +115,7 @@ class MemoryState:
             hbm = a.buffer == "hbm"
             # An HBM write did not wait for older HBM writes, so it cannot stand in for them (nor,
             # through them, for their readers): HBM records are never pruned by a write.
-            for tables in (() if hbm else (self.writers, self.readers)):
+            for tables in () if hbm else (self.writers, self.readers):
                 table = tables.get(s)
                 if table and (len(table) > 1 or box not in table):
                     # This write waited for everything it covers; later accesses need only wait for it.

@@ -35,18 +35,18 @@ It deliberately ignores instruction fetch, SBUF bank conflicts and HBM page effe
 from __future__ import annotations
 
 from axon.errors import BackendError
-from axon.nki.trace import Instr, Trace
 from axon.sim.dmaqueue import EngineCalendar
 from axon.sim.memory import RAW, WAW, MemoryState, buffer_slots
 from axon.sim.timing import COMPUTE_ENGINES, Timeline, Timing, critical_path
 from axon.target import costs as C
 from axon.target.hardware import HardwareSpec
+from axon.target.trace import Instr, Trace
 
 
 def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
     """Time `trace` on the NeuronCore `hw`.
 
-    >>> from axon.nki.trace import Access, Alloc, Instr, Trace
+    >>> from axon.target.trace import Access, Alloc, Instr, Trace
     >>> from axon.target import load_hw
     >>> t = Alloc(0, "sbuf", "t", (128, 512), "float32", 128, 2048, "k.py:1")
     >>> w = Access(0, "sbuf", 0, 128, 0, 2048, 128 * 2048)
@@ -91,8 +91,10 @@ def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
         dma = C.is_dma(ins)
         eng = "dma" if dma else ins.engine
         if not dma and eng not in eng_free:
-            raise BackendError(f"trace {trace.kernel}: instruction {i} ({ins.opcode}, line {ins.line}) "
-                               f"is on unknown engine {ins.engine!r}")
+            raise BackendError(
+                f"trace {trace.kernel}: instruction {i} ({ins.opcode}, line {ins.line}) "
+                f"is on unknown engine {ins.engine!r}"
+            )
         # Earliest start from dependencies.
         ready, who = 0.0, -1
         last_same = eng_last.get(eng, -2)
@@ -171,8 +173,7 @@ def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
         mem.record(ins.reads, ins.writes, end, result_ready, eng, i)
 
     timeline = Timeline.from_lists(trace, starts, ends, lanes)
-    return Timing.build(trace, hw, timeline, busy, counts, dma_bytes, hbm_bytes, flops,
-                        critical_path(ends, pred))
+    return Timing.build(trace, hw, timeline, busy, counts, dma_bytes, hbm_bytes, flops, critical_path(ends, pred))
 
 
 def _in_pipelined_loop(loops: tuple, pipelined: set[int]) -> bool:

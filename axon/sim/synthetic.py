@@ -6,7 +6,7 @@ For tests and benchmarks of the simulator without the emulator; real kernels com
 
 from __future__ import annotations
 
-from axon.nki.trace import Access, Alloc, Instr, Loop, Trace
+from axon.target.trace import Access, Alloc, Instr, Loop, Trace
 
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
 
@@ -29,22 +29,50 @@ class TraceBuilder:
         self.instrs: list[Instr] = []
         self.loops: list[Loop] = []
 
-    def _alloc(self, buffer: str, name: str, shape: tuple[int, ...], dtype: str, partitions: int,
-               bytes_pp: int, site: str | None, loop_depth: int) -> Alloc:
-        a = Alloc(len(self.allocs), buffer, name, shape, dtype, partitions, bytes_pp,
-                  site or f"{self.kernel}.py:{len(self.allocs)}", loop_depth)
+    def _alloc(
+        self,
+        buffer: str,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: str,
+        partitions: int,
+        bytes_pp: int,
+        site: str | None,
+        loop_depth: int,
+    ) -> Alloc:
+        a = Alloc(
+            len(self.allocs),
+            buffer,
+            name,
+            shape,
+            dtype,
+            partitions,
+            bytes_pp,
+            site or f"{self.kernel}.py:{len(self.allocs)}",
+            loop_depth,
+        )
         self.allocs.append(a)
         return a
 
     def hbm(self, name: str, nbytes: int) -> Alloc:
         return self._alloc("hbm", name, (nbytes,), "uint8", 1, nbytes, None, 0)
 
-    def sbuf(self, name: str, partitions: int, free: int, dtype: str = "float32", site: str | None = None,
-             loop_depth: int = 0, buffer: str = "sbuf") -> Alloc:
+    def sbuf(
+        self,
+        name: str,
+        partitions: int,
+        free: int,
+        dtype: str = "float32",
+        site: str | None = None,
+        loop_depth: int = 0,
+        buffer: str = "sbuf",
+    ) -> Alloc:
         size = _ITEMSIZE[dtype]
         return self._alloc(buffer, name, (partitions, free), dtype, partitions, free * size, site, loop_depth)
 
-    def psum(self, name: str, partitions: int = 128, free: int = 512, site: str | None = None, loop_depth: int = 0) -> Alloc:
+    def psum(
+        self, name: str, partitions: int = 128, free: int = 512, site: str | None = None, loop_depth: int = 0
+    ) -> Alloc:
         return self.sbuf(name, partitions, free, "float32", site, loop_depth, buffer="psum")
 
     def loop(self, kind: str, trip_count: int) -> int:
@@ -59,21 +87,52 @@ class TraceBuilder:
         itemsize = _ITEMSIZE.get(a.dtype, 1)
         return Access(a.id, a.buffer, 0, parts, byte_lo, hi, parts * (hi - byte_lo), stride_bytes or itemsize)
 
-    def op(self, opcode: str, engine: str, reads=(), writes=(), free_size: int = 512, partitions: int = 128,
-           dtype: str = "float32", loops=(), **attrs) -> Instr:
-        ins = Instr(len(self.instrs), opcode, engine, partitions, free_size, dtype, tuple(reads), tuple(writes),
-                    len(self.instrs) + 1, tuple(loops), tuple(sorted(attrs.items())))
+    def op(
+        self,
+        opcode: str,
+        engine: str,
+        reads=(),
+        writes=(),
+        free_size: int = 512,
+        partitions: int = 128,
+        dtype: str = "float32",
+        loops=(),
+        **attrs,
+    ) -> Instr:
+        ins = Instr(
+            len(self.instrs),
+            opcode,
+            engine,
+            partitions,
+            free_size,
+            dtype,
+            tuple(reads),
+            tuple(writes),
+            len(self.instrs) + 1,
+            tuple(loops),
+            tuple(sorted(attrs.items())),
+        )
         self.instrs.append(ins)
         return ins
 
     def dma(self, dst: Access, src: Access, loops=(), opcode: str = "dma_copy") -> Instr:
         onchip = dst if dst.buffer != "hbm" else src
         parts = onchip.partition_hi - onchip.partition_lo
-        return self.op(opcode, "dma", reads=[src], writes=[dst], free_size=max(dst.nbytes // max(parts, 1), 1),
-                       partitions=parts, dtype="uint8", loops=loops)
+        return self.op(
+            opcode,
+            "dma",
+            reads=[src],
+            writes=[dst],
+            free_size=max(dst.nbytes // max(parts, 1), 1),
+            partitions=parts,
+            dtype="uint8",
+            loops=loops,
+        )
 
     def build(self) -> Trace:
-        return Trace(self.kernel, f"{self.kernel}.py", self.hw, tuple(self.instrs), tuple(self.allocs), tuple(self.loops))
+        return Trace(
+            self.kernel, f"{self.kernel}.py", self.hw, tuple(self.instrs), tuple(self.allocs), tuple(self.loops)
+        )
 
 
 def pipelined_trace(n_instructions: int = 100_000, kernel: str = "synthetic") -> Trace:
@@ -98,8 +157,17 @@ def pipelined_trace(n_instructions: int = 100_000, kernel: str = "synthetic") ->
         off = (it * 163840) % (1 << 29)
         b.dma(b.whole(lhs), b.whole(a_hbm, off, off + 32768), loops=lp)
         b.dma(b.whole(rhs), b.whole(a_hbm, off + 32768, off + 163840), loops=lp)
-        b.op("nc_matmul", "tensor", reads=[b.whole(lhs), b.whole(rhs)], writes=[b.whole(acc)], free_size=512,
-             dtype="bfloat16", loops=lp, moving_free=512, stationary_free=128)
+        b.op(
+            "nc_matmul",
+            "tensor",
+            reads=[b.whole(lhs), b.whole(rhs)],
+            writes=[b.whole(acc)],
+            free_size=512,
+            dtype="bfloat16",
+            loops=lp,
+            moving_free=512,
+            stationary_free=128,
+        )
         if it % 8 == 7:
             out = b.sbuf("out", 128, 512, "float32", site="k.py:9", loop_depth=1)
             b.op("tensor_copy", "vector", reads=[b.whole(acc)], writes=[b.whole(out)], loops=lp)

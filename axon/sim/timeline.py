@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from axon.nki.trace import Trace
+from axon.target.trace import Trace
 
 LANE_ORDER = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -20,7 +20,7 @@ LANE_ORDER = ("tensor", "vector", "scalar", "gpsimd")
 class Timeline:
     """Per-instruction start and end (ns from kernel start), lane ("tensor", ..., "dma3"), opcode, line.
 
-    >>> from axon.nki.trace import Trace
+    >>> from axon.target.trace import Trace
     >>> tl = Timeline.from_lists(Trace("k", "k.py", "trn1", (), ()), [], [], [])
     >>> len(tl)
     0
@@ -34,9 +34,15 @@ class Timeline:
     line: tuple[int, ...]
 
     @classmethod
-    def from_lists(cls, trace: Trace, starts: list[float], ends: list[float], lanes: list[str]) -> "Timeline":
-        return cls(trace.kernel, np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64),
-                   tuple(lanes), tuple(i.opcode for i in trace.instructions), tuple(i.line for i in trace.instructions))
+    def from_lists(cls, trace: Trace, starts: list[float], ends: list[float], lanes: list[str]) -> Timeline:
+        return cls(
+            trace.kernel,
+            np.asarray(starts, dtype=np.float64),
+            np.asarray(ends, dtype=np.float64),
+            tuple(lanes),
+            tuple(i.opcode for i in trace.instructions),
+            tuple(i.line for i in trace.instructions),
+        )
 
     def __len__(self) -> int:
         return len(self.lane)
@@ -52,12 +58,22 @@ class Timeline:
         path = Path(path)
         tids = {name: k + 1 for k, name in enumerate(self.lanes())}
         events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": self.kernel}}]
-        events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}
-                   for name, tid in tids.items()]
+        events += [
+            {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}
+            for name, tid in tids.items()
+        ]
         for k in range(len(self)):
-            events.append({"name": self.opcode[k], "ph": "X", "pid": 1, "tid": tids[self.lane[k]],
-                           "ts": float(self.start_ns[k]) / 1e3, "dur": float(self.end_ns[k] - self.start_ns[k]) / 1e3,
-                           "args": {"index": k, "line": self.line[k]}})
+            events.append(
+                {
+                    "name": self.opcode[k],
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": tids[self.lane[k]],
+                    "ts": float(self.start_ns[k]) / 1e3,
+                    "dur": float(self.end_ns[k] - self.start_ns[k]) / 1e3,
+                    "args": {"index": k, "line": self.line[k]},
+                }
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
         return path
@@ -81,7 +97,9 @@ class Timeline:
         lane_arr = np.asarray(self.lane, dtype=object)
         for row, name in enumerate(lanes):
             idx = np.nonzero(lane_arr == name)[0]
-            bars = _merge(self.start_ns[idx] / 1e3, self.end_ns[idx] / 1e3, span / 1e3 / 2000 if len(self) > max_bars else 0)
+            bars = _merge(
+                self.start_ns[idx] / 1e3, self.end_ns[idx] / 1e3, span / 1e3 / 2000 if len(self) > max_bars else 0
+            )
             ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors(row % 10))
         ax.set_yticks(range(len(lanes)), lanes)
         ax.invert_yaxis()

@@ -5,12 +5,12 @@ A value computed from a finished schedule; the schedule itself is `simulate`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
-from axon.nki.trace import Trace
 from axon.sim.timeline import Timeline
 from axon.target.hardware import HardwareSpec
+from axon.target.trace import Trace
 
 COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -44,9 +44,18 @@ class Timing:
     timeline: Timeline = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, trace: Trace, hw: HardwareSpec, timeline: Timeline, busy: dict[str, float],
-              counts: dict[str, int], dma_bytes: int, hbm_bytes: int, flops: float,
-              path: tuple[int, ...]) -> "Timing":
+    def build(
+        cls,
+        trace: Trace,
+        hw: HardwareSpec,
+        timeline: Timeline,
+        busy: dict[str, float],
+        counts: dict[str, int],
+        dma_bytes: int,
+        hbm_bytes: int,
+        flops: float,
+        path: tuple[int, ...],
+    ) -> Timing:
         span = float(timeline.end_ns.max()) if len(timeline) else 0.0
         latency = span + hw.costs.launch_overhead_ns
         busy = dict(busy)
@@ -60,20 +69,41 @@ class Timing:
             end = float(timeline.end_ns[k])
             crit[lane] = crit.get(lane, 0.0) + max(end - before, 0.0)
             before = max(before, end)
-        return cls(trace.kernel, hw.name, latency, span, hw.costs.launch_overhead_ns, busy, util, dict(counts),
-                   dma_bytes, hbm_bytes, dma_bytes / latency if latency else 0.0, flops,
-                   flops / (hw.peak_matmul_flops_per_s * latency * 1e-9) if latency else 0.0, path, crit, timeline)
+        return cls(
+            trace.kernel,
+            hw.name,
+            latency,
+            span,
+            hw.costs.launch_overhead_ns,
+            busy,
+            util,
+            dict(counts),
+            dma_bytes,
+            hbm_bytes,
+            dma_bytes / latency if latency else 0.0,
+            flops,
+            flops / (hw.peak_matmul_flops_per_s * latency * 1e-9) if latency else 0.0,
+            path,
+            crit,
+            timeline,
+        )
 
     def summary(self) -> str:
         """A few lines for a terminal."""
-        lines = [f"{self.kernel} on {self.hw}: latency {_fmt(self.latency_ns)} "
-                 f"(span {_fmt(self.span_ns)} + launch {_fmt(self.launch_ns)})"]
+        lines = [
+            f"{self.kernel} on {self.hw}: latency {_fmt(self.latency_ns)} "
+            f"(span {_fmt(self.span_ns)} + launch {_fmt(self.launch_ns)})"
+        ]
         for e in (*COMPUTE_ENGINES, "dma"):
             if self.instructions.get(e):
-                lines.append(f"  {e:<7} {self.instructions[e]:>8} instr  busy {_fmt(self.busy_ns[e]):>10}  "
-                             f"util {100 * self.utilization[e]:5.1f}%")
-        lines.append(f"  dma bytes {self.dma_bytes:,}  achieved {self.dma_gbps:.1f} GB/s  "
-                     f"TensorE FLOP utilization {100 * self.tensor_flop_utilization:.1f}%")
+                lines.append(
+                    f"  {e:<7} {self.instructions[e]:>8} instr  busy {_fmt(self.busy_ns[e]):>10}  "
+                    f"util {100 * self.utilization[e]:5.1f}%"
+                )
+        lines.append(
+            f"  dma bytes {self.dma_bytes:,}  achieved {self.dma_gbps:.1f} GB/s  "
+            f"TensorE FLOP utilization {100 * self.tensor_flop_utilization:.1f}%"
+        )
         parts = ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(self.critical_ns.items(), key=lambda kv: -kv[1]))
         lines.append(f"  critical path: {len(self.critical_path)} instr ({parts})")
         return "\n".join(lines)

@@ -5,5 +5,15 @@ from axon.synth.discover import Attempt, Discovery, Variant, discover, discover_
 from axon.synth.isel import Alternative, FusedGroup, fused_groups, synthesize_instructions
 from axon.synth.rewrite import Move
 
-__all__ = ["Alternative", "Attempt", "Discovery", "FusedGroup", "Move", "Variant", "discover", "discover_variants",
-           "fused_groups", "synthesize_instructions"]
+__all__ = [
+    "Alternative",
+    "Attempt",
+    "Discovery",
+    "FusedGroup",
+    "Move",
+    "Variant",
+    "discover",
+    "discover_variants",
+    "fused_groups",
+    "synthesize_instructions",
+]

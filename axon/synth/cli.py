@@ -15,11 +15,17 @@ import click
 @click.option("--max-variants", default=200, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--shape", default=None, help="Bind dimensions, e.g. M=4096,K=1024 (proofs stay for all sizes).")
 @click.option("--preset", default="default", show_default=True, help="Shape preset tune's numbering is computed at.")
-@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
-              help="Kernel dtype the floating-point gate checks in.")
+@click.option(
+    "--dtype",
+    default="float32",
+    show_default=True,
+    type=click.Choice(["float32", "bfloat16", "float16"]),
+    help="Kernel dtype the floating-point gate checks in.",
+)
 @click.option("--hw", default="trn1", show_default=True, help="Hardware file (which variants lower).")
-def variants(workload: str, depth: int, timeout_s: float, max_variants: int, shape: str | None, preset: str, dtype: str,
-             hw: str) -> None:
+def variants(
+    workload: str, depth: int, timeout_s: float, max_variants: int, shape: str | None, preset: str, dtype: str, hw: str
+) -> None:
     """Discover and prove algebraic variants of WORKLOAD (a built-in name or path.py:function).
 
     Each variant is numbered as `axon tune WORKLOAD --preset P --dtype D --hw H` reports it ("variant
@@ -40,7 +46,9 @@ def variants(workload: str, depth: int, timeout_s: float, max_variants: int, sha
         label = "" if v.hash in numbers else f"  [not tuned: {why_not.get(v.hash, _untuned(v, note))}]"
         click.echo(f"== variant {number}  id {v.hash[:8]}  moves {len(v.moves)}{label}")
         for move, proof in zip(v.moves, v.proofs):
-            click.echo(f"   {move.name}: {move.description}  [{proof.status} by {proof.method}, {proof.time_s * 1000:.1f} ms]")
+            click.echo(
+                f"   {move.name}: {move.description}  [{proof.status} by {proof.method}, {proof.time_s * 1000:.1f} ms]"
+            )
         click.echo("\n".join("   " + line for line in v.graph.format().splitlines()))
     if rejected:
         click.echo(f"# rejected for floating point in {dtype} ({len(rejected)}):")
@@ -48,7 +56,8 @@ def variants(workload: str, depth: int, timeout_s: float, max_variants: int, sha
             click.echo(f"#   id {r.variant.hash[:8]}  {r.describe()}")
     click.echo(
         f"# {len(found.variants)} variants; steps proved {found.count('proved')}, refuted {found.count('refuted')}, "
-        f"unknown {found.count('unknown')}; {found.time_s:.2f} s; tune offers {len(numbers)}" + (f" ({note})" if note else "")
+        f"unknown {found.count('unknown')}; {found.time_s:.2f} s; tune offers {len(numbers)}"
+        + (f" ({note})" if note else "")
     )
 
 
@@ -61,8 +70,9 @@ def _untuned(variant: Any, note: str) -> str:
     return note or "beyond tune's search (depth or the 24-variant cap)"
 
 
-def _tune_numbering(w: Any, preset: str, dtype: str, dims: dict[str, int],
-                    hw: str) -> tuple[dict[str, int], dict[str, str], list[Any], str]:
+def _tune_numbering(
+    w: Any, preset: str, dtype: str, dims: dict[str, int], hw: str
+) -> tuple[dict[str, int], dict[str, str], list[Any], str]:
     """What `axon tune` offers: {hash: tune's variant number}, {hash: why not}, the floating-point
     rejections, and a note when the numbering cannot be computed (no sizes bound)."""
     from axon.errors import AxonError

@@ -57,8 +57,14 @@ class Discovery:
         return sum(1 for a in self.attempts if a.result.status == status)
 
 
-def discover(graph: Graph, max_depth: int = 4, timeout_s: float = 5.0, max_variants: int = 200,
-             budget_s: float = 50.0, exclude: frozenset[str] = frozenset()) -> Discovery:
+def discover(
+    graph: Graph,
+    max_depth: int = 4,
+    timeout_s: float = 5.0,
+    max_variants: int = 200,
+    budget_s: float = 50.0,
+    exclude: frozenset[str] = frozenset(),
+) -> Discovery:
     """Breadth-first search to `max_depth` moves; at most `max_variants` variants, `budget_s` seconds.
 
     `exclude` names moves not to use (e.g. `{"split-tiles"}` for a consumer that cannot lower reshapes).
@@ -96,7 +102,12 @@ def discover(graph: Graph, max_depth: int = 4, timeout_s: float = 5.0, max_varia
     return Discovery(tuple(kept), tuple(attempts), time.perf_counter() - start)
 
 
-def discover_variants(graph: Graph, max_depth: int = 4, timeout_s: float = 5.0, max_variants: int = 200,
-                      exclude: frozenset[str] = frozenset()) -> list[Variant]:
+def discover_variants(
+    graph: Graph,
+    max_depth: int = 4,
+    timeout_s: float = 5.0,
+    max_variants: int = 200,
+    exclude: frozenset[str] = frozenset(),
+) -> list[Variant]:
     """Proved variants of `graph`, the original first (no moves); see `discover`."""
     return list(discover(graph, max_depth, timeout_s, max_variants, exclude=frozenset(exclude)).variants)

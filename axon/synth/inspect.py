@@ -48,7 +48,9 @@ def output_matmul_free_of_sums(graph: Graph) -> bool:
     """A matmul fed by exp has no sum reduction upstream of its operands (normalization after it)."""
     for m in matmuls(graph):
         ins = graph.nodes[m].inputs
-        if any("exp" in ops_upstream(graph, i) for i in ins) and not any("sum" in reductions_upstream(graph, i) for i in ins):
+        if any("exp" in ops_upstream(graph, i) for i in ins) and not any(
+            "sum" in reductions_upstream(graph, i) for i in ins
+        ):
             return True
     return False
 
@@ -57,13 +59,17 @@ def size_scale_before_first_contraction(graph: Graph) -> bool:
     """A size-derived scale is applied to an operand of a matmul not fed by exp, or inside an exp's argument."""
     for m in matmuls(graph):
         ins = graph.nodes[m].inputs
-        if not any("exp" in ops_upstream(graph, i) for i in ins) and any("dimsize" in ops_upstream(graph, i) for i in ins):
+        if not any("exp" in ops_upstream(graph, i) for i in ins) and any(
+            "dimsize" in ops_upstream(graph, i) for i in ins
+        ):
             return True
     for n in graph.nodes:
         if n.op == "exp":
             arg = graph.nodes[n.inputs[0]]
-            if arg.op in ("div", "mul") and any(graph.nodes[i].op != "matmul" and "dimsize" in ops_upstream(graph, i)
-                                                and graph.nodes[i].type.rank == 0 for i in arg.inputs):
+            if arg.op in ("div", "mul") and any(
+                graph.nodes[i].op != "matmul" and "dimsize" in ops_upstream(graph, i) and graph.nodes[i].type.rank == 0
+                for i in arg.inputs
+            ):
                 return True
     return False
 
@@ -78,8 +84,12 @@ def _exp_normalizations(graph: Graph) -> list[int]:
     for n in graph.nodes:
         if n.op != "div" or "exp" not in ops_upstream(graph, n.inputs[0]):
             continue
-        if any(graph.nodes[j].op == "reduce" and graph.nodes[j].attr("kind") == "sum"
-               and "exp" in ops_upstream(graph, graph.nodes[j].inputs[0]) for j in upstream(graph, n.inputs[1])):
+        if any(
+            graph.nodes[j].op == "reduce"
+            and graph.nodes[j].attr("kind") == "sum"
+            and "exp" in ops_upstream(graph, graph.nodes[j].inputs[0])
+            for j in upstream(graph, n.inputs[1])
+        ):
             out.append(n.id)
     return out
 

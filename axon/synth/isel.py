@@ -14,9 +14,10 @@ any other sequence. It does not choose among alternatives (the tuner does).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -24,10 +25,28 @@ from axon.ir import Graph
 from axon.ir.ops import BINARY, UNARY, NumpyMath
 
 ALU_OPS = ("add", "subtract", "multiply", "divide")
-_IR_TO_ALU = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "maximum": "maximum", "minimum": "minimum"}
-_IR_TO_ACT = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sigmoid": "sigmoid",
-              "silu": "silu", "gelu": "gelu_apprx_tanh", "relu": "relu", "square": "square", "abs": "abs",
-              "reciprocal": "reciprocal"}
+_IR_TO_ALU = {
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "div": "divide",
+    "maximum": "maximum",
+    "minimum": "minimum",
+}
+_IR_TO_ACT = {
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "silu": "silu",
+    "gelu": "gelu_apprx_tanh",
+    "relu": "relu",
+    "square": "square",
+    "abs": "abs",
+    "reciprocal": "reciprocal",
+}
 _PREP_ACTS = ("rsqrt", "reciprocal", "sqrt")
 # The most IR ops one instruction computes: activation(op, data * scale + bias) is three, and a
 # per-row prep may add one. Larger pieces are not searched (no form could match them).
@@ -79,7 +98,9 @@ class Alternative:
     proof: str  # "z3: unsat (equal for all reals, divisors nonzero)"
 
     def describe(self) -> str:
-        return "; ".join(f"{s.opcode}[{s.engine}]({', '.join(f'{k}={_show(v)}' for k, v in s.args)})" for s in self.steps)
+        return "; ".join(
+            f"{s.opcode}[{s.engine}]({', '.join(f'{k}={_show(v)}' for k, v in s.args)})" for s in self.steps
+        )
 
 
 def _show(v: Any) -> str:
@@ -104,14 +125,24 @@ def _isa():
 def step_value(m: Any, step: Step, env: Mapping[Any, Any]) -> Any:
     """The per-element value of `step` (for reductions: of the elementwise part) over `m`."""
     isa = _isa()
-    a = {k: (env[v] if isinstance(v, tuple) and v[0] in ("in", "step") else v[1] if isinstance(v, tuple) else v)
-         for k, v in step.args}
+    a = {
+        k: (env[v] if isinstance(v, tuple) and v[0] in ("in", "step") else v[1] if isinstance(v, tuple) else v)
+        for k, v in step.args
+    }
     op = step.opcode
     if op in ("activation", "activation_reduce"):
         return isa.sem_activation(m, a["data"], a["op"], a.get("scale", 1.0), a.get("bias"))
     if op in ("tensor_scalar", "tensor_scalar_reduce"):
-        return isa.sem_tensor_scalar(m, a["data"], a["op0"], a["operand0"], a.get("reverse0", False), a.get("op1"),
-                                     a.get("operand1"), a.get("reverse1", False))
+        return isa.sem_tensor_scalar(
+            m,
+            a["data"],
+            a["op0"],
+            a["operand0"],
+            a.get("reverse0", False),
+            a.get("op1"),
+            a.get("operand1"),
+            a.get("reverse1", False),
+        )
     if op == "tensor_tensor":
         return isa.sem_tensor_tensor(m, a["data1"], a["data2"], a["op"])
     if op == "scalar_tensor_tensor":
@@ -185,8 +216,14 @@ def _constants(group: FusedGroup, piece: _Piece) -> list[float]:
     return sorted((vals | {-1.0}) - {1.0})  # 1.0 is the identity: it only adds no-op variants
 
 
-def _forms(piece: _Piece, kinds: Mapping[int, str], consts: list[float], acts: tuple[str, ...],
-           reduce: str | None, extra: tuple[tuple[Any, str], ...] = ()) -> Iterator[Step]:
+def _forms(
+    piece: _Piece,
+    kinds: Mapping[int, str],
+    consts: list[float],
+    acts: tuple[str, ...],
+    reduce: str | None,
+    extra: tuple[tuple[Any, str], ...] = (),
+) -> Iterator[Step]:
     """Single instructions over the piece's inputs (and `extra` values from a prep step)."""
     ins = [(("in", i), kinds[i]) for i in piece.inputs if kinds[i] != "scalar"] + list(extra)
     tiles = [v for v, k in ins if k in ("full", "bcast")]
@@ -203,7 +240,9 @@ def _forms(piece: _Piece, kinds: Mapping[int, str], consts: list[float], acts: t
                 for s in slots:
                     yield Step("activation_reduce", "scalar", (("op", f), ("data", d), ("scale", s)))
         for d, op0, s in itertools.product(data, ALU_OPS, slots):
-            yield Step("tensor_scalar_reduce", "vector", (("data", d), ("op0", op0), ("operand0", s), ("reduce_op", red)))
+            yield Step(
+                "tensor_scalar_reduce", "vector", (("data", d), ("op0", op0), ("operand0", s), ("reduce_op", red))
+            )
         return
     for f, d in itertools.product(acts + ("copy",), data):
         for sc in [None] + slots:
@@ -218,7 +257,11 @@ def _forms(piece: _Piece, kinds: Mapping[int, str], consts: list[float], acts: t
             for op1, s1 in itertools.product(ALU_OPS, slots):
                 yield Step("tensor_scalar", "vector", base + (("op1", op1), ("operand1", s1)))
         for t, op1 in itertools.product(tiles, ALU_OPS):  # t may be d itself: (p * c) + p is one instruction
-            yield Step("scalar_tensor_tensor", "vector", (("data", d), ("op0", op0), ("operand0", s), ("op1", op1), ("operand1", t)))
+            yield Step(
+                "scalar_tensor_tensor",
+                "vector",
+                (("data", d), ("op0", op0), ("operand0", s), ("op1", op1), ("operand1", t)),
+            )
     pairs = [(a, b) for a in tiles for b in tiles] + [(a, b) for a in vecs for b in vecs]
     for (a, b), op in itertools.product(pairs, ALU_OPS + ("maximum",)):
         yield Step("tensor_tensor", "vector", (("data1", a), ("data2", b), ("op", op)))
@@ -243,8 +286,10 @@ class _Checker:
     def __init__(self, group: FusedGroup, samples: int = 6, seed: int = 0):
         self.group = group
         rng = np.random.default_rng(seed)
-        self.env = {l.node: (np.float64(l.value) if l.kind == "scalar" else rng.uniform(0.3, 1.7, samples))
-                    for l in group.leaves}
+        self.env = {
+            l.node: (np.float64(l.value) if l.kind == "scalar" else rng.uniform(0.3, 1.7, samples))
+            for l in group.leaves
+        }
         self.np = NumpyMath()
         self.proved: list[str] = []
         self.checks = 0
@@ -284,7 +329,9 @@ class _Checker:
         from axon.verify import Z3Math
 
         m = Z3Math()
-        env = {l.node: (z3.RealVal(l.value) if l.kind == "scalar" else z3.Real(f"v{l.node}")) for l in self.group.leaves}
+        env = {
+            l.node: (z3.RealVal(l.value) if l.kind == "scalar" else z3.Real(f"v{l.node}")) for l in self.group.leaves
+        }
         for i in piece.inputs:
             env.setdefault(i, z3.Real(f"v{i}"))
         want = _node_value(m, self.group.graph, piece.root, env)
@@ -312,8 +359,15 @@ def _divisors(e: Any) -> list[Any]:
     return out
 
 
-def _piece_solutions(piece: _Piece, checker: _Checker, kinds: Mapping[int, str], acts: tuple[str, ...],
-                     reduce: str | None, base_env: Mapping[int, Any], limit: int) -> list[list[Step]]:
+def _piece_solutions(
+    piece: _Piece,
+    checker: _Checker,
+    kinds: Mapping[int, str],
+    acts: tuple[str, ...],
+    reduce: str | None,
+    base_env: Mapping[int, Any],
+    limit: int,
+) -> list[list[Step]]:
     consts = _constants(checker.group, piece)
     found: list[list[Step]] = []
     for step in _forms(piece, kinds, consts, acts, reduce):
@@ -342,8 +396,14 @@ def _piece_solutions(piece: _Piece, checker: _Checker, kinds: Mapping[int, str],
     return found
 
 
-def synthesize_instructions(group: FusedGroup, hw: Any = None, max_instructions: int = 6,
-                            per_piece: int = 3, max_alternatives: int = 6, max_checks: int = 60_000) -> list[Alternative]:
+def synthesize_instructions(
+    group: FusedGroup,
+    hw: Any = None,
+    max_instructions: int = 6,
+    per_piece: int = 3,
+    max_alternatives: int = 6,
+    max_checks: int = 60_000,
+) -> list[Alternative]:
     """Verified instruction sequences for `group`, fewest instructions first.
 
     >>> from axon.workloads import get
@@ -355,8 +415,12 @@ def synthesize_instructions(group: FusedGroup, hw: Any = None, max_instructions:
     """
     kinds = _kinds(group)
     g = group.graph
-    acts = tuple(sorted({_IR_TO_ACT[g.nodes[n].op] for n in group.nodes if g.nodes[n].op in _IR_TO_ACT}
-                        | {"exp", "square", "rsqrt", "reciprocal"}))
+    acts = tuple(
+        sorted(
+            {_IR_TO_ACT[g.nodes[n].op] for n in group.nodes if g.nodes[n].op in _IR_TO_ACT}
+            | {"exp", "square", "rsqrt", "reciprocal"}
+        )
+    )
     checker = _Checker(group)
     checker.max_checks = max_checks  # a bounded search: what is found within the budget is offered
     internal = [n for n in group.nodes if n != group.sink]
@@ -454,7 +518,13 @@ def _fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None) -> list[Fus
             if not shape(i):
                 continue
             same_shape = (shape(i)[-1] == 1) == (shape(n.id)[-1] == 1) or n.op == "reduce"
-            if i in group_of and len(users[i]) == 1 and group_of[i] not in closed and same_shape and i not in graph.outputs:
+            if (
+                i in group_of
+                and len(users[i]) == 1
+                and group_of[i] not in closed
+                and same_shape
+                and i not in graph.outputs
+            ):
                 other = group_of[i]
                 if other != gid:
                     members.setdefault(gid, [])

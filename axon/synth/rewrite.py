@@ -8,8 +8,9 @@ is not 1. Nothing here decides whether a rewrite is correct; `axon.verify.prove`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 from axon.errors import SpecError
 from axon.ir import Graph, GraphBuilder, Node
@@ -30,7 +31,7 @@ class Move:
 Build = Callable[[GraphBuilder, Callable[[int], int]], int]
 
 
-def replace_node(graph: Graph, target: int, build: Build, same_shape: bool = True) -> Optional[Graph]:
+def replace_node(graph: Graph, target: int, build: Build, same_shape: bool = True) -> Graph | None:
     """The graph with node `target` replaced by what `build(b, old_to_new)` returns; None if ill-typed.
 
     With `same_shape=False` the replacement may change shape as long as every later node and the

@@ -3,5 +3,15 @@
 from axon.target.hardware import ENGINES, HardwareSpec, builtin_hw, load_hw
 from axon.target.isa import ACTIVATION, ALU, ISA, NUMPY_FP32, Instruction, Operand
 
-__all__ = ["ACTIVATION", "ALU", "ENGINES", "HardwareSpec", "ISA", "Instruction", "NUMPY_FP32", "Operand", "builtin_hw",
-           "load_hw"]
+__all__ = [
+    "ACTIVATION",
+    "ALU",
+    "ENGINES",
+    "HardwareSpec",
+    "ISA",
+    "Instruction",
+    "NUMPY_FP32",
+    "Operand",
+    "builtin_hw",
+    "load_hw",
+]

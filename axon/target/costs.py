@@ -6,7 +6,7 @@ DMA engines. These are the only cost formulas in Axon: the ISA table points at t
 simulator charges them. Scheduling effects (dependencies, semaphores, ports, overlap) are not
 here; they belong to `axon.sim`.
 
->>> from axon.nki.trace import Instr
+>>> from axon.target.trace import Instr
 >>> from axon.target import load_hw
 >>> mm = Instr(0, "nc_matmul", "tensor", 128, 512, "bfloat16", (), (), 1,
 ...            attrs=(("moving_free", 512), ("stationary_free", 128)))
@@ -16,11 +16,11 @@ here; they belong to `axon.sim`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from axon.nki.trace import Instr
 from axon.target.hardware import HardwareSpec
+from axon.target.trace import Instr
 
 CostFn = Callable[[Instr, HardwareSpec], float]
 
@@ -56,8 +56,7 @@ def _perf_mode(ins: Instr, hw: HardwareSpec) -> float:
 
 # ---- TensorE -----------------------------------------------------------------------------------
 
-_ITEMSIZE = {"float32": 4, "fp32": 4, "bfloat16": 2, "float16": 2, "tfloat32": 4, "float8_e4m3": 1,
-             "float8_e5m2": 1}
+_ITEMSIZE = {"float32": 4, "fp32": 4, "bfloat16": 2, "float16": 2, "tfloat32": 4, "float8_e4m3": 1, "float8_e5m2": 1}
 
 
 def matmul_free_sizes(ins: Instr, hw: HardwareSpec) -> tuple[float, float]:
@@ -70,8 +69,10 @@ def matmul_free_sizes(ins: Instr, hw: HardwareSpec) -> tuple[float, float]:
         stationary = (ins.reads[0].byte_hi - ins.reads[0].byte_lo) // size
     if moving is None and len(ins.reads) > 1:
         moving = (ins.reads[1].byte_hi - ins.reads[1].byte_lo) // size
-    return (float(moving if moving is not None else ins.free_size),
-            float(stationary if stationary is not None else hw.tensor_engine.stationary_fmax))
+    return (
+        float(moving if moving is not None else ins.free_size),
+        float(stationary if stationary is not None else hw.tensor_engine.stationary_fmax),
+    )
 
 
 def nc_matmul(ins: Instr, hw: HardwareSpec) -> float:
@@ -94,6 +95,7 @@ def nc_transpose(ins: Instr, hw: HardwareSpec) -> float:
 
 
 # ---- Vector / Scalar / GpSimd ------------------------------------------------------------------
+
 
 def _streaming(ins: Instr, hw: HardwareSpec) -> float:
     return max(_min_ii(hw), _n(ins))
@@ -129,8 +131,12 @@ def tensor_tensor(ins: Instr, hw: HardwareSpec) -> float:
 def scalar_tensor_tensor(ins: Instr, hw: HardwareSpec) -> float:
     """N for bf16 subtract-then-multiply with even N, else 2N."""
     n = _n(ins)
-    if ins.dtype in ("bfloat16", "bf16") and _op(ins, "op0") in ("subtract", "sub") \
-            and _op(ins, "op1") in ("multiply", "mul") and int(n) % 2 == 0:
+    if (
+        ins.dtype in ("bfloat16", "bf16")
+        and _op(ins, "op0") in ("subtract", "sub")
+        and _op(ins, "op1") in ("multiply", "mul")
+        and int(n) % 2 == 0
+    ):
         return max(_min_ii(hw), n)
     return max(_min_ii(hw), 2 * n)
 
@@ -261,7 +267,7 @@ class DMACost:
 def dma_cost(ins: Instr, hw: HardwareSpec) -> DMACost:
     """A transfer over DMA engines: one engine per `partitions_per_engine` on-chip partitions.
 
-    >>> from axon.nki.trace import Access, Instr
+    >>> from axon.target.trace import Access, Instr
     >>> from axon.target import load_hw
     >>> src = Access(0, "hbm", 0, 1, 0, 32768, 32768)
     >>> dst = Access(1, "sbuf", 0, 128, 0, 256, 32768)

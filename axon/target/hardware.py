@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, get_type_hints
+from typing import Any, get_type_hints
 
 from axon.errors import HardwareError
 
@@ -143,8 +144,15 @@ class HardwareSpec:
         return self.memory.hbm_bandwidth_gbps  # GB/s == bytes/ns
 
 
-_ZERO_OK = {"generation", "static_overhead_cycles", "semaphore_latency_ns", "launch_overhead_ns", "turnaround_cycles",
-            "access_overhead_cycles", "gpsimd_op_base_cycles"}
+_ZERO_OK = {
+    "generation",
+    "static_overhead_cycles",
+    "semaphore_latency_ns",
+    "launch_overhead_ns",
+    "turnaround_cycles",
+    "access_overhead_cycles",
+    "gpsimd_op_base_cycles",
+}
 
 
 def _build(cls: type, data: Any, where: str, file: str) -> Any:

@@ -11,8 +11,9 @@ a function over a math namespace `m`: NumPy (`NUMPY_FP32`, used by the emulator)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from axon.ir.ops import BINARY, UNARY, NumpyMath
 
@@ -48,8 +49,11 @@ class Fp32Math(NumpyMath):
 
     def reduce(self, kind: str, x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
         fn = {"add": self.np.sum, "max": self.np.max, "min": self.np.min, "multiply": self.np.prod}[kind]
-        return fn(x, axis=axis, keepdims=keepdims, dtype=self.np.float32) if kind in ("add", "multiply") \
+        return (
+            fn(x, axis=axis, keepdims=keepdims, dtype=self.np.float32)
+            if kind in ("add", "multiply")
             else fn(x, axis=axis, keepdims=keepdims)
+        )
 
 
 NUMPY_FP32 = Fp32Math()
@@ -82,8 +86,7 @@ ALU: dict[str, Callable[..., Any]] = {
 # Reductions an instruction's reduce_op / tensor_reduce op may name, with their identity.
 REDUCE_KINDS = {"add": 0.0, "max": float("-inf"), "min": float("inf"), "multiply": 1.0}
 # nl.max / nl.min as ALU op names mean maximum / minimum; as reduce ops they are max / min.
-REDUCE_ALIASES = {"add": "add", "maximum": "max", "minimum": "min", "max": "max", "min": "min",
-                  "multiply": "multiply"}
+REDUCE_ALIASES = {"add": "add", "maximum": "max", "minimum": "min", "max": "max", "min": "min", "multiply": "multiply"}
 
 
 # ---- activation functions (nl.exp, nl.gelu, ...) -----------------------------------------------
@@ -128,8 +131,16 @@ def sem_activation(m: Any, data: Any, op: str, scale: Any = 1.0, bias: Any = Non
     return ACTIVATION[op](m, x)
 
 
-def sem_tensor_scalar(m: Any, data: Any, op0: str, operand0: Any, reverse0: bool = False,
-                      op1: str | None = None, operand1: Any = None, reverse1: bool = False) -> Any:
+def sem_tensor_scalar(
+    m: Any,
+    data: Any,
+    op0: str,
+    operand0: Any,
+    reverse0: bool = False,
+    op1: str | None = None,
+    operand1: Any = None,
+    reverse1: bool = False,
+) -> Any:
     """(data op0 operand0) op1 operand1, operands scalars or [P, 1] broadcast along the free axes."""
     x = _alu(m, op0, data, operand0, reverse0)
     return x if op1 is None else _alu(m, op1, x, operand1, reverse1)
@@ -139,13 +150,13 @@ def sem_tensor_tensor(m: Any, data1: Any, data2: Any, op: str) -> Any:
     return ALU[op](m, data1, data2)
 
 
-def sem_scalar_tensor_tensor(m: Any, data: Any, op0: str, operand0: Any, op1: str, operand1: Any,
-                             reverse0: bool = False, reverse1: bool = False) -> Any:
+def sem_scalar_tensor_tensor(
+    m: Any, data: Any, op0: str, operand0: Any, op1: str, operand1: Any, reverse0: bool = False, reverse1: bool = False
+) -> Any:
     return _alu(m, op1, _alu(m, op0, data, operand0, reverse0), operand1, reverse1)
 
 
-def sem_reduce(m: Any, data: Any, op: str, axis: tuple[int, ...], negate: bool = False,
-               keepdims: bool = False) -> Any:
+def sem_reduce(m: Any, data: Any, op: str, axis: tuple[int, ...], negate: bool = False, keepdims: bool = False) -> Any:
     r = m.reduce(REDUCE_ALIASES[op], data, axis, keepdims)
     return -r if negate else r
 
@@ -172,7 +183,7 @@ def sem_scan(m: Any, data0: Any, data1: Any, initial: Any, op0: str, op1: str) -
     prev = initial
     cols = []
     for i in range(data0.shape[1]):
-        prev = ALU[op1](m, ALU[op0](m, data0[:, i:i + 1], prev), data1[:, i:i + 1])
+        prev = ALU[op1](m, ALU[op0](m, data0[:, i : i + 1], prev), data1[:, i : i + 1])
         cols.append(prev)
     return m.concat(cols, axis=1)
 
@@ -269,44 +280,132 @@ _SB = frozenset({SBUF})
 _PS = frozenset({PSUM})
 _ALLMEM = frozenset({SBUF, PSUM, HBM})
 
-ISA: dict[str, Instruction] = {i.name: i for i in (
-    Instruction("nc_matmul", ("tensor",),
-                (_o("stationary", _SB, max_free="tensor_engine.stationary_fmax", rule="stationary free size"),
-                 _o("moving", _SB, max_free="tensor_engine.moving_fmax", rule="moving free size")),
-                (_o("dst", _PS),), sem_nc_matmul,
-                "dst[M,N] (+)= stationary[K,M].T @ moving[K,N], fp32 accumulate in PSUM"),
-    Instruction("nc_transpose", ("tensor", "vector"), (_o("data"),), (_o("dst"),), sem_transpose,
-                "swap partition and free axis (TensorE <= 128x128 into PSUM, VectorE <= 32x32)"),
-    Instruction("activation", ("scalar",), (_o("data"), _o("bias"), _o("scale")), (_o("dst"),), sem_activation,
-                "dst = op(data * scale + bias), optional free-axis add-reduction", ("op",)),
-    Instruction("activation_reduce", ("scalar",), (_o("data"), _o("bias"), _o("scale")),
-                (_o("dst"), _o("reduce_res")), sem_activation, "activation plus free-axis reduction"),
-    Instruction("tensor_tensor", _VEC, (_o("data1"), _o("data2")), (_o("dst"),), sem_tensor_tensor,
-                "dst = data1 op data2, elementwise"),
-    Instruction("tensor_scalar", ("vector", "scalar", "gpsimd"), (_o("data"), _o("operand0"), _o("operand1")),
-                (_o("dst"),), sem_tensor_scalar, "dst = (data op0 operand0) op1 operand1"),
-    Instruction("tensor_scalar_reduce", ("vector",), (_o("data"), _o("operand0")), (_o("dst"), _o("reduce_res")),
-                sem_tensor_scalar, "tensor_scalar with one op plus a free-axis reduction"),
-    Instruction("scalar_tensor_tensor", ("vector", "gpsimd"), (_o("data"), _o("operand0"), _o("operand1")),
-                (_o("dst"),), sem_scalar_tensor_tensor, "dst = (data op0 operand0) op1 operand1[tile]"),
-    Instruction("tensor_reduce", _VEC, (_o("data"),), (_o("dst"),), sem_reduce, "reduce along free axes"),
-    Instruction("tensor_copy", _ANY, (_o("src"),), (_o("dst"),), sem_copy, "copy with dtype cast"),
-    Instruction("tensor_tensor_scan", ("vector",), (_o("data0"), _o("data1"), _o("initial")), (_o("dst"),),
-                sem_scan, "running r[i] = (data0[i] op0 r[i-1]) op1 data1[i] along the free axis"),
-    Instruction("reciprocal", _VEC, (_o("data"),), (_o("dst"),), sem_reciprocal, "dst = 1 / data"),
-    Instruction("memset", _ANY, (), (_o("dst"),), sem_copy, "fill with a constant"),
-    Instruction("iota", ("gpsimd",), (), (_o("dst", _SB),), sem_copy, "fill with an affine index expression"),
-    Instruction("affine_select", ("gpsimd",), (_o("on_true_tile", _SB),), (_o("dst", _SB),), sem_copy,
-                "dst = pred(index) ? on_true : on_false_value"),
-    Instruction("bn_stats", ("vector",), (_o("data", max_free="bn_stats_fmax"),), (_o("dst"),), sem_bn_stats,
-                "per-partition count/mean/M2 of <= 512 free elements"),
-    Instruction("bn_aggr", ("vector",), (_o("data"),), (_o("dst"),), sem_bn_aggr,
-                "aggregate bn_stats groups into mean and variance"),
-    Instruction("dma_copy", ("dma",), (_o("src", _ALLMEM),), (_o("dst", _ALLMEM),), sem_copy,
-                "DMA copy between HBM and SBUF (or within one)"),
-    Instruction("dma_transpose", ("dma",), (_o("src", _ALLMEM),), (_o("dst", _ALLMEM),), sem_transpose,
-                "DMA copy that swaps the two axes of a 2-D access"),
-)}
+ISA: dict[str, Instruction] = {
+    i.name: i
+    for i in (
+        Instruction(
+            "nc_matmul",
+            ("tensor",),
+            (
+                _o("stationary", _SB, max_free="tensor_engine.stationary_fmax", rule="stationary free size"),
+                _o("moving", _SB, max_free="tensor_engine.moving_fmax", rule="moving free size"),
+            ),
+            (_o("dst", _PS),),
+            sem_nc_matmul,
+            "dst[M,N] (+)= stationary[K,M].T @ moving[K,N], fp32 accumulate in PSUM",
+        ),
+        Instruction(
+            "nc_transpose",
+            ("tensor", "vector"),
+            (_o("data"),),
+            (_o("dst"),),
+            sem_transpose,
+            "swap partition and free axis (TensorE <= 128x128 into PSUM, VectorE <= 32x32)",
+        ),
+        Instruction(
+            "activation",
+            ("scalar",),
+            (_o("data"), _o("bias"), _o("scale")),
+            (_o("dst"),),
+            sem_activation,
+            "dst = op(data * scale + bias), optional free-axis add-reduction",
+            ("op",),
+        ),
+        Instruction(
+            "activation_reduce",
+            ("scalar",),
+            (_o("data"), _o("bias"), _o("scale")),
+            (_o("dst"), _o("reduce_res")),
+            sem_activation,
+            "activation plus free-axis reduction",
+        ),
+        Instruction(
+            "tensor_tensor",
+            _VEC,
+            (_o("data1"), _o("data2")),
+            (_o("dst"),),
+            sem_tensor_tensor,
+            "dst = data1 op data2, elementwise",
+        ),
+        Instruction(
+            "tensor_scalar",
+            ("vector", "scalar", "gpsimd"),
+            (_o("data"), _o("operand0"), _o("operand1")),
+            (_o("dst"),),
+            sem_tensor_scalar,
+            "dst = (data op0 operand0) op1 operand1",
+        ),
+        Instruction(
+            "tensor_scalar_reduce",
+            ("vector",),
+            (_o("data"), _o("operand0")),
+            (_o("dst"), _o("reduce_res")),
+            sem_tensor_scalar,
+            "tensor_scalar with one op plus a free-axis reduction",
+        ),
+        Instruction(
+            "scalar_tensor_tensor",
+            ("vector", "gpsimd"),
+            (_o("data"), _o("operand0"), _o("operand1")),
+            (_o("dst"),),
+            sem_scalar_tensor_tensor,
+            "dst = (data op0 operand0) op1 operand1[tile]",
+        ),
+        Instruction("tensor_reduce", _VEC, (_o("data"),), (_o("dst"),), sem_reduce, "reduce along free axes"),
+        Instruction("tensor_copy", _ANY, (_o("src"),), (_o("dst"),), sem_copy, "copy with dtype cast"),
+        Instruction(
+            "tensor_tensor_scan",
+            ("vector",),
+            (_o("data0"), _o("data1"), _o("initial")),
+            (_o("dst"),),
+            sem_scan,
+            "running r[i] = (data0[i] op0 r[i-1]) op1 data1[i] along the free axis",
+        ),
+        Instruction("reciprocal", _VEC, (_o("data"),), (_o("dst"),), sem_reciprocal, "dst = 1 / data"),
+        Instruction("memset", _ANY, (), (_o("dst"),), sem_copy, "fill with a constant"),
+        Instruction("iota", ("gpsimd",), (), (_o("dst", _SB),), sem_copy, "fill with an affine index expression"),
+        Instruction(
+            "affine_select",
+            ("gpsimd",),
+            (_o("on_true_tile", _SB),),
+            (_o("dst", _SB),),
+            sem_copy,
+            "dst = pred(index) ? on_true : on_false_value",
+        ),
+        Instruction(
+            "bn_stats",
+            ("vector",),
+            (_o("data", max_free="bn_stats_fmax"),),
+            (_o("dst"),),
+            sem_bn_stats,
+            "per-partition count/mean/M2 of <= 512 free elements",
+        ),
+        Instruction(
+            "bn_aggr",
+            ("vector",),
+            (_o("data"),),
+            (_o("dst"),),
+            sem_bn_aggr,
+            "aggregate bn_stats groups into mean and variance",
+        ),
+        Instruction(
+            "dma_copy",
+            ("dma",),
+            (_o("src", _ALLMEM),),
+            (_o("dst", _ALLMEM),),
+            sem_copy,
+            "DMA copy between HBM and SBUF (or within one)",
+        ),
+        Instruction(
+            "dma_transpose",
+            ("dma",),
+            (_o("src", _ALLMEM),),
+            (_o("dst", _ALLMEM),),
+            sem_transpose,
+            "DMA copy that swaps the two axes of a 2-D access",
+        ),
+    )
+}
 
 # Size limits that are not HardwareSpec fields (fixed by the ISA itself).
 ISA_LIMITS = {"bn_stats_fmax": 512, "vector_transpose_max": 32}

@@ -42,8 +42,22 @@ def start_ui(workdir: Path, port: int) -> tuple[subprocess.Popen, str]:
 
     uri, root = workdir_store(workdir)
     port = _free_port(port)
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--default-artifact-root", root,
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--default-artifact-root",
+        root,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     # MLflow 3's server also starts a job runner with seven huey consumers (GenAI evaluation jobs);
     # Axon has no jobs for it, and they are the processes that outlived a stop.
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
@@ -58,7 +72,9 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise StoreError(f"the MLflow UI exited with code {proc.returncode}; see mlflow-ui.log in the working directory")
+            raise StoreError(
+                f"the MLflow UI exited with code {proc.returncode}; see mlflow-ui.log in the working directory"
+            )
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as r:
                 if r.status == 200:
@@ -71,8 +87,12 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
 @click.command()
 @workdir_option
 @click.option("--port", default=5000, show_default=True, type=int, help="Port (a free one is chosen if taken).")
-@click.option("--open/--no-open", "open_browser", default=None,
-              help="Open the runs page in a browser [default: when on a terminal with a display].")
+@click.option(
+    "--open/--no-open",
+    "open_browser",
+    default=None,
+    help="Open the runs page in a browser [default: when on a terminal with a display].",
+)
 def ui(workdir: str | None, port: int, open_browser: bool | None) -> None:
     """Start the MLflow UI on the working directory's store (127.0.0.1 only) and print the page of
     its tuning runs; Ctrl-C, SIGTERM or SIGHUP stops it and everything it started."""
@@ -110,8 +130,9 @@ def ui(workdir: str | None, port: int, open_browser: bool | None) -> None:
 
 def _has_display() -> bool:
     """A terminal user who can see a browser window (not a pipe, a test or an ssh session)."""
-    return sys.stdout.isatty() and (sys.platform in ("darwin", "win32")
-                                    or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")))
+    return sys.stdout.isatty() and (
+        sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    )
 
 
 def _open_browser(url: str) -> None:
@@ -207,23 +228,31 @@ def runs(workdir: str | None, count: int, as_json: bool) -> None:
         for row in rows:
             click.echo(json.dumps(row))
         return
-    click.echo(f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<9} {'shape':<20} {'dtype':<8} "
-               f"{'best us':>10} {'vs unfused':>10}")
+    click.echo(
+        f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<9} {'shape':<20} {'dtype':<8} "
+        f"{'best us':>10} {'vs unfused':>10}"
+    )
     for row in rows:
         best, speedup = row["best_latency_us"], row["speedup_vs_unfused"]
-        click.echo(f"{row['run_id']:<32}  {_fit(row['name'], 24):<24} {row['status'][:8]:<8} {row['started']:<16} "
-                   f"{row['hw'][:9]:<9} {row['shape'][:20]:<20} {row['dtype'][:8]:<8} "
-                   f"{'' if best is None else f'{best:.2f}':>10} {'' if speedup is None else f'{speedup:.2f}x':>10}")
+        click.echo(
+            f"{row['run_id']:<32}  {_fit(row['name'], 24):<24} {row['status'][:8]:<8} {row['started']:<16} "
+            f"{row['hw'][:9]:<9} {row['shape'][:20]:<20} {row['dtype'][:8]:<8} "
+            f"{'' if best is None else f'{best:.2f}':>10} {'' if speedup is None else f'{speedup:.2f}x':>10}"
+        )
 
 
 def _run_row(run: Any) -> dict:
     """One run as `axon runs` shows it; a sweep's parent run has no hw, shape or latency."""
     info, data = run.info, run.data
     return {
-        "run_id": info.run_id, "name": info.run_name or "", "status": info.status,
+        "run_id": info.run_id,
+        "name": info.run_name or "",
+        "status": info.status,
         "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(info.start_time / 1000)),
-        "workload": data.params.get("workload", ""), "hw": _hw_text(data.params.get("hw", "")),
-        "shape": _shape_text(data.params.get("shapes", "")), "dtype": data.params.get("dtype", ""),
+        "workload": data.params.get("workload", ""),
+        "hw": _hw_text(data.params.get("hw", "")),
+        "shape": _shape_text(data.params.get("shapes", "")),
+        "dtype": data.params.get("dtype", ""),
         "best_latency_us": data.metrics.get("best_latency_us"),
         "speedup_vs_unfused": data.metrics.get("speedup_vs_unfused"),
         "parent": data.tags.get("mlflow.parentRunId", ""),
@@ -232,7 +261,7 @@ def _run_row(run: Any) -> dict:
 
 def _fit(text: str, width: int) -> str:
     """`text` cut to `width`, keeping its end (a spec's run name ends in its file and function)."""
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 def _hw_text(param: str) -> str:

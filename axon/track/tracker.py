@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from axon.errors import StoreError
 from axon.track.view import view_tags
@@ -39,7 +40,7 @@ def _store_lock(tracking_uri: str) -> Iterator[None]:
     if not tracking_uri.startswith(prefix) or tracking_uri == prefix + ":memory:":
         yield
         return
-    db = Path(tracking_uri[len(prefix):])
+    db = Path(tracking_uri[len(prefix) :])
     with open(db.with_name(db.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, also if this process dies
         try:
@@ -52,7 +53,7 @@ def _store_lock(tracking_uri: str) -> Iterator[None]:
 class Run:
     """A live MLflow run: log through it, it ends when its `with` block does."""
 
-    tracker: "Tracker"
+    tracker: Tracker
     run_id: str
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -91,7 +92,9 @@ class Run:
         self.tracker.client.log_text(self.run_id, text, artifact_file)
 
     def log_dict(self, data: Any, artifact_file: str) -> None:
-        self.tracker.client.log_text(self.run_id, json.dumps(data, indent=2, sort_keys=True, default=str), artifact_file)
+        self.tracker.client.log_text(
+            self.run_id, json.dumps(data, indent=2, sort_keys=True, default=str), artifact_file
+        )
 
 
 def _short(value: Any) -> str:
@@ -110,7 +113,9 @@ class Tracker:
     12.5
     """
 
-    def __init__(self, tracking_uri: str, artifact_root: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> None:
+    def __init__(
+        self, tracking_uri: str, artifact_root: str | None = None, experiment: str = DEFAULT_EXPERIMENT
+    ) -> None:
         from mlflow.tracking import MlflowClient
 
         self.tracking_uri = tracking_uri
@@ -122,7 +127,9 @@ class Tracker:
                 self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
                 self.experiment_id = self._experiment(experiment, artifact_root)
         except Exception as exc:  # MLflow raises many types; the user needs the store named
-            raise StoreError(f"MLflow tracking store {tracking_uri} cannot be used: {str(exc).splitlines()[0]}") from None
+            raise StoreError(
+                f"MLflow tracking store {tracking_uri} cannot be used: {str(exc).splitlines()[0]}"
+            ) from None
 
     def _experiment(self, name: str, artifact_root: str | None) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -145,19 +152,27 @@ class Tracker:
             self.client.set_experiment_tag(self.experiment_id, key, value)
 
     @classmethod
-    def for_workdir(cls, workdir: str | Path, experiment: str = DEFAULT_EXPERIMENT) -> "Tracker":
+    def for_workdir(cls, workdir: str | Path, experiment: str = DEFAULT_EXPERIMENT) -> Tracker:
         uri, root = workdir_store(workdir)
         return cls(uri, root, experiment)
 
     @contextmanager
-    def run(self, name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None,
-            parent: Run | str | None = None, run_id: str | None = None) -> Iterator[Run]:
+    def run(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        parent: Run | str | None = None,
+        run_id: str | None = None,
+    ) -> Iterator[Run]:
         """Start (or, with `run_id`, resume) a run; it ends FINISHED, FAILED, or KILLED on Ctrl-C."""
         all_tags = {"mlflow.runName": name, **(tags or {})}
         if parent is not None:
             all_tags["mlflow.parentRunId"] = parent.run_id if isinstance(parent, Run) else parent
         if run_id is None:
-            created = self.client.create_run(self.experiment_id, tags={k: _short(v) for k, v in all_tags.items()}, run_name=name)
+            created = self.client.create_run(
+                self.experiment_id, tags={k: _short(v) for k, v in all_tags.items()}, run_name=name
+            )
             run = Run(self, created.info.run_id)
             if params:
                 run.log_params(params)
@@ -197,8 +212,11 @@ class Tracker:
         try:
             with mlflow.start_run(run_id=run.run_id):
                 info = mlflow.xgboost.log_model(
-                    booster, name="cost_model", registered_model_name=registered_name,
-                    pip_requirements=["xgboost-cpu>=2.1,<4"], model_format="json",
+                    booster,
+                    name="cost_model",
+                    registered_model_name=registered_name,
+                    pip_requirements=["xgboost-cpu>=2.1,<4"],
+                    model_format="json",
                 )
         finally:
             if previous:

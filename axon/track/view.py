@@ -12,7 +12,7 @@ both; it talks to no server and starts none.
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 VIEW_ID = "axon-tuning-runs"
 VIEW_NAME = "Axon tuning runs"

@@ -12,8 +12,8 @@ them by analysis. Neither knows the other.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
@@ -25,7 +25,7 @@ CLASSES = ("typical", "offset", "magnitude", "dominant", "near-constant", "limit
 # Reduced sizes for the adversarial evaluation: rows of up to 128 elements, enough for a reduction
 # to show cancellation and for one element to dominate; at most 2^15 elements a value, so that the
 # hundreds of evaluations a range derivation takes stay under a few seconds.
-_BUDGET = 2 ** 15
+_BUDGET = 2**15
 
 
 def tolerance(dtype: str) -> float:
@@ -64,8 +64,12 @@ class _F32(NumpyMath):
 
 def _in_kernel(dtype: str) -> Arithmetic:
     """A `dtype` kernel's arithmetic: inputs rounded to `dtype`, every intermediate in float32."""
-    return Arithmetic(_F32(), np.float32, lambda a: quantize(a, dtype).astype(np.float32),
-                      lambda v, to: quantize(v, to).astype(np.float32))
+    return Arithmetic(
+        _F32(),
+        np.float32,
+        lambda a: quantize(a, dtype).astype(np.float32),
+        lambda v, to: quantize(v, to).astype(np.float32),
+    )
 
 
 def evaluate_in(graph: Graph, inputs: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
@@ -135,8 +139,9 @@ def _values(shape: tuple[int, ...], r: Range, cls: str, rng: np.random.Generator
     raise ValueError(f"unknown input class {cls!r}")
 
 
-def class_inputs(graph: Graph, ranges: Mapping[str, Range], cls: str, target: str | None, dtype: str,
-                 seed: int = 0) -> dict[str, np.ndarray]:
+def class_inputs(
+    graph: Graph, ranges: Mapping[str, Range], cls: str, target: str | None, dtype: str, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Inputs of class `cls` for input `target` (or all: `ALL`; the others typical), inside their ranges,
     quantized to `dtype`.
 
@@ -164,7 +169,9 @@ def cases(graph: Graph, classes: tuple[str, ...] = CLASSES) -> list[tuple[str, s
     return [(c, None) for c in classes if c == "typical"] + [(c, t) for c in classes if c != "typical" for t in targets]
 
 
-def class_error(graph: Graph, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], dtype: str) -> float:
+def class_error(
+    graph: Graph, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], dtype: str
+) -> float:
     """Relative error of `graph` computed in `dtype` against `expected` (a float64 reference)."""
     return max_rel_error(evaluate_in(graph, inputs, dtype), expected)
 
@@ -181,7 +188,7 @@ def declared_ranges(graph: Graph) -> dict[str, Range]:
 # infinite divisor), a derived bound keeps this much headroom: a variant may sum up to this many
 # values before it normalizes (a deferred softmax division over 65,536 keys), which moves its own
 # overflow down by that factor. Overflows closer to the limit than that are not what this is for.
-HEADROOM = 2.0 ** 16
+HEADROOM = 2.0**16
 
 
 def input_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
@@ -201,11 +208,13 @@ def input_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
         if graph.input(name).attr("range") is not None:
             continue
         best, outright = _FIRST_BOUND, True
-        for step in (_STEP ** 2, _STEP):  # coarse steps to the failure, then one finer step past the last good bound
+        for step in (_STEP**2, _STEP):  # coarse steps to the failure, then one finer step past the last good bound
             bound = best * step
             while bound < limit:
-                worst = max(_spec_error(g, class_inputs(g, {**ranges, name: (-bound, bound)}, c, name, dtype, seed), dtype)
-                            for c in RANGE_CLASSES)
+                worst = max(
+                    _spec_error(g, class_inputs(g, {**ranges, name: (-bound, bound)}, c, name, dtype, seed), dtype)
+                    for c in RANGE_CLASSES
+                )
                 if worst > tolerance(dtype):
                     outright = not worst < 0.5
                     break
@@ -270,8 +279,10 @@ class AdversarialCheck:
 
     def check(self, variant: Graph) -> list[ClassResult]:
         v = variant.bind(**self.spec.bindings)
-        return [ClassResult(cls, target, err, class_error(v, inputs, expected, self.dtype), tolerance(self.dtype))
-                for cls, target, inputs, expected, err in self.cases]
+        return [
+            ClassResult(cls, target, err, class_error(v, inputs, expected, self.dtype), tolerance(self.dtype))
+            for cls, target, inputs, expected, err in self.cases
+        ]
 
     def reason(self, variant: Graph) -> str:
         """A one-line reason for the worst failing case, or "" when the variant passes every case."""
@@ -280,5 +291,7 @@ class AdversarialCheck:
             return ""
         worst = max(bad, key=lambda r: r.variant_error / max(r.spec_error, tolerance(self.dtype)))
         where = ", ".join(f"{n} in [{lo:.3g}, {hi:.3g}]" for n, (lo, hi) in self.ranges.items())
-        return (f"relative error {worst.variant_error:.2g} in {self.dtype} on {worst.label} inputs ({where}), "
-                f"the spec as written {worst.spec_error:.2g}")
+        return (
+            f"relative error {worst.variant_error:.2g} in {self.dtype} on {worst.label} inputs ({where}), "
+            f"the spec as written {worst.spec_error:.2g}"
+        )

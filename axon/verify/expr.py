@@ -11,10 +11,11 @@ decide equality itself: two normal forms that differ go to Z3 (`axon.verify.smt`
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, Iterable, Union
+from typing import Any, Union
 
 from axon.ir.dims import Dim
 
@@ -28,7 +29,7 @@ class Unsupported(Exception):
 class FloorDiv:
     """floor(inner / by): the index of `repeat`; opaque to normalization."""
 
-    inner: "Idx"
+    inner: Idx
     by: Dim
 
     def __str__(self) -> str:
@@ -118,13 +119,15 @@ class Fn(Atom):
     """An uninterpreted or piecewise function of normalized arguments (exp, log, sqrt, max, ...)."""
 
     name: str
-    args: tuple["Poly", ...]
+    args: tuple[Poly, ...]
     extra: Any = None  # exponent of pow, positivity of a sqrt/log argument, cases index/bounds
     pos: bool = False
 
     @cached_property
     def key(self) -> str:
-        return f"{self.name}{'' if self.extra is None else '@' + str(self.extra)}({'; '.join(a.key for a in self.args)})"
+        return (
+            f"{self.name}{'' if self.extra is None else '@' + str(self.extra)}({'; '.join(a.key for a in self.args)})"
+        )
 
     @cached_property
     def free(self) -> frozenset[str]:
@@ -145,7 +148,7 @@ class Red(Atom):
     kind: str
     var: str
     extent: Dim
-    body: "Poly"
+    body: Poly
     pos: bool = False
 
     @cached_property

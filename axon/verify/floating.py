@@ -8,8 +8,9 @@ a rejection carries the first reason found, in words a user can act on (declare 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from axon.ir import Graph
 from axon.verify.adversarial import AdversarialCheck, input_ranges, reduced
@@ -27,7 +28,9 @@ class Rejection:
         return f"{moves}: {self.reason} [{self.gate}]"
 
 
-def screen(spec: Graph, variants: Sequence[Any], dtype: str | None = None, seed: int = 0) -> tuple[list[Any], list[Rejection]]:
+def screen(
+    spec: Graph, variants: Sequence[Any], dtype: str | None = None, seed: int = 0
+) -> tuple[list[Any], list[Rejection]]:
     """Split `variants` (objects with `.graph`; the spec as written first) into kept and rejected.
 
     `spec` must be bound (sizes matter for reductions); `dtype` defaults to the spec's input dtype.

@@ -6,9 +6,10 @@ Sizes are chosen so every dimension expression of either graph is a positive who
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import lcm
-from typing import Mapping, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -50,8 +51,10 @@ def size_trials(graphs: tuple[Graph, ...], trials: int, seed: int) -> list[dict[
             break
         low = 1 if t in (0, 2) else 2  # size 1 everywhere first, then mixtures, then all > 1
         # a symbol forced to multiples of a tile (K/128) stays at one or two tiles: cost, not coverage
-        mult = {s: 1 if t == 0 else int(rng.integers(low, 5 if step[s] < 16 else 3)) if step[s] < 16 or t % 2 else 1
-                for s in syms}
+        mult = {
+            s: 1 if t == 0 else int(rng.integers(low, 5 if step[s] < 16 else 3)) if step[s] < 16 or t % 2 else 1
+            for s in syms
+        }
         sizes = {s: step[s] * mult[s] for s in syms}
         try:
             if all(d.evaluate(sizes) >= 0 for d in dims) and all(
@@ -71,7 +74,7 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.allclose(a, b, rtol=1e-9, atol=1e-12 * scale, equal_nan=True))
 
 
-def compare(a: Graph, b: Graph, sizes: Mapping[str, int], seed: int) -> Optional[Mismatch]:
+def compare(a: Graph, b: Graph, sizes: Mapping[str, int], seed: int) -> Mismatch | None:
     """Mismatch of a and b at these sizes on random inputs, or None if they agree."""
     ga = Graph(a.name, a.nodes, a.outputs, tuple(sorted(sizes.items())), a.output_names)
     gb = Graph(b.name, b.nodes, b.outputs, tuple(sorted(sizes.items())), b.output_names)
@@ -92,7 +95,7 @@ def compare(a: Graph, b: Graph, sizes: Mapping[str, int], seed: int) -> Optional
     return Mismatch(dict(sizes), inputs, out_a, out_b, worst) if bad else None
 
 
-def refute(a: Graph, b: Graph, trials: int = 4, seed: int = 0) -> Optional[Mismatch]:
+def refute(a: Graph, b: Graph, trials: int = 4, seed: int = 0) -> Mismatch | None:
     """A mismatch on one of `trials` size assignments (a finite difference preferred to a NaN one), or None.
 
     >>> import axon.spec as ax

@@ -104,8 +104,15 @@ def prove(g1: Graph, g2: Graph, timeout_s: float = 5.0, trials: int = 4, seed: i
         again = _recheck(g1, g2, found)
         if not again:  # a mismatch NumPy cannot reproduce is not a counterexample
             return Unknown(f"unconfirmed mismatch at sizes {found.sizes}", time.perf_counter() - start)
-        return Counterexample(found.sizes, found.inputs, found.outputs_a, found.outputs_b, found.max_abs_diff, again,
-                              time.perf_counter() - start)
+        return Counterexample(
+            found.sizes,
+            found.inputs,
+            found.outputs_a,
+            found.outputs_b,
+            found.max_abs_diff,
+            again,
+            time.perf_counter() - start,
+        )
     names = E.Names()
     try:
         lhs = [v.poly for v in Semantics(g1, names).outputs()]
@@ -134,6 +141,10 @@ def prove(g1: Graph, g2: Graph, timeout_s: float = 5.0, trials: int = 4, seed: i
 def _recheck(g1: Graph, g2: Graph, found) -> bool:  # noqa: ANN001 - a numeric.Mismatch
     from axon.ir import evaluate
 
-    a = evaluate(Graph(g1.name, g1.nodes, g1.outputs, tuple(sorted(found.sizes.items())), g1.output_names), found.inputs)
-    b = evaluate(Graph(g2.name, g2.nodes, g2.outputs, tuple(sorted(found.sizes.items())), g2.output_names), found.inputs)
+    a = evaluate(
+        Graph(g1.name, g1.nodes, g1.outputs, tuple(sorted(found.sizes.items())), g1.output_names), found.inputs
+    )
+    b = evaluate(
+        Graph(g2.name, g2.nodes, g2.outputs, tuple(sorted(found.sizes.items())), g2.output_names), found.inputs
+    )
     return any(not np.allclose(x, y, rtol=1e-9, atol=1e-12, equal_nan=True) for x, y in zip(a.values(), b.values()))

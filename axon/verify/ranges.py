@@ -11,8 +11,8 @@ measurements; `axon.verify.adversarial` measures.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from axon.ir import Graph, Node
 from axon.verify.adversarial import _PRECISION, Range, dtype_max
@@ -87,7 +87,7 @@ def _row_extreme(graph: Graph, a: int, b: int, vals: list[_Value]):
 
 def analyze(graph: Graph, box: Mapping[str, Range]) -> tuple[list[_Value], list[Hazard]]:
     """Interval, error bound and hazards of every node of `graph` (bound) for inputs in `box`."""
-    u = 2.0 ** -24
+    u = 2.0**-24
     dims = graph.bindings
     vals: list[_Value] = []
     hazards: list[Hazard] = []
@@ -133,27 +133,47 @@ def analyze(graph: Graph, box: Mapping[str, Range]) -> tuple[list[_Value], list[
             den = b if op == "div" else a
             m = _min_abs(den)
             if m == 0.0:
-                flag("domain", n.id, op, f"%{n.id} = {op}: the divisor can be 0 (it lies in [{den.lo:.3g}, {den.hi:.3g}])")
+                flag(
+                    "domain",
+                    n.id,
+                    op,
+                    f"%{n.id} = {op}: the divisor can be 0 (it lies in [{den.lo:.3g}, {den.hi:.3g}])",
+                )
                 v = _Value(-INF, INF, INF)
             else:
                 inv = _Value(min(1 / den.lo, 1 / den.hi), max(1 / den.lo, 1 / den.hi), 0.0)
                 v = _Value(*_mul_iv(num, inv), 0.0)
                 v.err = _clean((num.err + v.mag * den.err) / m + u * v.mag, INF)
-                if op == "div" and num.row_max_zero is not None and den.lo > 0 and graph.nodes[n.inputs[1]].type.rank == 0:
+                if (
+                    op == "div"
+                    and num.row_max_zero is not None
+                    and den.lo > 0
+                    and graph.nodes[n.inputs[1]].type.rank == 0
+                ):
                     v.row_max_zero = num.row_max_zero
         elif op == "exp":
             v = _Value(_exp(a.lo), _exp(a.hi), 0.0)
             if a.row_max_zero is not None:
                 v.row_has_one = a.row_max_zero
             if a.hi > EXP_LIMIT:
-                flag("overflow", n.id, op, f"exp overflows for arguments > {EXP_LIMIT:.1f} in float32 "
-                                           f"(%{n.id} = exp of values up to {a.hi:.3g})")
+                flag(
+                    "overflow",
+                    n.id,
+                    op,
+                    f"exp overflows for arguments > {EXP_LIMIT:.1f} in float32 "
+                    f"(%{n.id} = exp of values up to {a.hi:.3g})",
+                )
             v.err = _clean(v.hi * (a.err + 2 * u), INF)
         elif op in ("log", "sqrt", "rsqrt"):
             bad = a.lo <= 0.0 if op != "sqrt" else a.lo < 0.0
             if bad:
                 what = "0 or negative" if op != "sqrt" else "negative"
-                flag("domain", n.id, op, f"%{n.id} = {op} of a value that can be {what} (it lies in [{a.lo:.3g}, {a.hi:.3g}])")
+                flag(
+                    "domain",
+                    n.id,
+                    op,
+                    f"%{n.id} = {op} of a value that can be {what} (it lies in [{a.lo:.3g}, {a.hi:.3g}])",
+                )
                 v = _Value(-INF, INF, INF)
             elif op == "log":
                 v = _Value(math.log(a.lo), math.log(a.hi), 0.0)
@@ -163,15 +183,18 @@ def analyze(graph: Graph, box: Mapping[str, Range]) -> tuple[list[_Value], list[
                 v.err = INF if a.lo == 0 and a.err else (a.err / (2 * math.sqrt(a.lo)) if a.err else 0.0) + u * v.mag
             else:
                 v = _Value(1 / math.sqrt(a.hi), 1 / math.sqrt(a.lo), 0.0)
-                v.err = a.err / (2 * a.lo ** 1.5) + 2 * u * v.mag
+                v.err = a.err / (2 * a.lo**1.5) + 2 * u * v.mag
         elif op == "pow":
             p = float(n.attr("exponent"))
             ends = [abs(x) ** p if x != 0 or p > 0 else INF for x in (a.lo, a.hi)]
             v = _Value(min(ends + ([0.0] if a.lo <= 0 <= a.hi else [])), max(ends), 0.0)
             v.err = abs(p) * max(ends) / max(_min_abs(a), 1e-300) * a.err + u * v.mag
         elif op in ("neg", "abs", "relu"):
-            lo, hi = {"neg": (-a.hi, -a.lo), "abs": (0.0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi)), a.mag),
-                      "relu": (max(a.lo, 0.0), max(a.hi, 0.0))}[op]
+            lo, hi = {
+                "neg": (-a.hi, -a.lo),
+                "abs": (0.0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi)), a.mag),
+                "relu": (max(a.lo, 0.0), max(a.hi, 0.0)),
+            }[op]
             v = _Value(lo, hi, a.err)
         elif op in ("maximum", "minimum"):
             f = max if op == "maximum" else min
@@ -195,15 +218,21 @@ def analyze(graph: Graph, box: Mapping[str, Range]) -> tuple[list[_Value], list[
             k = graph.concrete_shape(n.inputs[0])[-1]
             lo, hi = _mul_iv(a, b)
             v = _Value(k * lo, k * hi, 0.0)
-            v.err = _clean(k * (a.mag * b.err + b.mag * a.err) + u * math.ceil(math.log2(max(k, 2))) * k * a.mag * b.mag, INF)
+            v.err = _clean(
+                k * (a.mag * b.err + b.mag * a.err) + u * math.ceil(math.log2(max(k, 2))) * k * a.mag * b.mag, INF
+            )
         elif op == "concat":
             ins = [vals[i] for i in n.inputs]
             v = _Value(min(x.lo for x in ins), max(x.hi for x in ins), max(x.err for x in ins))
         else:  # transpose, reshape, slice, repeat, cast: the values move, they do not change
             v = _Value(a.lo, a.hi, a.err, a.row_max_zero, a.row_has_one)
         _tighten(n, v, vals, u, graph)
-        if op not in ("input", "const", "dimsize") and v.mag > F32_MAX and not any(h.node == n.id for h in hazards) \
-                and all(vals[i].mag <= F32_MAX for i in n.inputs):
+        if (
+            op not in ("input", "const", "dimsize")
+            and v.mag > F32_MAX
+            and not any(h.node == n.id for h in hazards)
+            and all(vals[i].mag <= F32_MAX for i in n.inputs)
+        ):
             flag("overflow", n.id, op, f"%{n.id} = {op} overflows float32 (values up to {v.mag:.3g})")
         vals.append(v)
     return vals, hazards
@@ -289,14 +318,19 @@ def new_hazards(spec: Graph, variant: Graph, ranges: Mapping[str, Range], dtype:
             # a spec bound that does not bound its output below the output's own size says nothing
             meaningful = s < 1.0 if relative else s < svals[o].mag
             if meaningful and v > BOUND_FACTOR * s:
-                culprit = max((m for m in variant.nodes if m.op in ("sub", "add")),
-                              key=lambda m: vvals[m.inputs[0]].mag + vvals[m.inputs[1]].mag, default=None)
+                culprit = max(
+                    (m for m in variant.nodes if m.op in ("sub", "add")),
+                    key=lambda m: vvals[m.inputs[0]].mag + vvals[m.inputs[1]].mag,
+                    default=None,
+                )
                 where = ", ".join(f"{k} in [{lo:.3g}, {hi:.3g}]" for k, (lo, hi) in box.items())
                 kind = "relative" if relative else "absolute"
                 text = f"output {kind} error bound {v:.2g} against {s:.2g} for the spec as written ({where})"
                 if culprit is not None:
                     mags = vvals[culprit.inputs[0]].mag, vvals[culprit.inputs[1]].mag
-                    text = (f"%{culprit.id} = {culprit.op} of values up to {max(mags):.3g} loses up to "
-                            f"{2.0 ** -24 * sum(mags):.2g} in float32 (cancellation): " + text)
+                    text = (
+                        f"%{culprit.id} = {culprit.op} of values up to {max(mags):.3g} loses up to "
+                        f"{2.0**-24 * sum(mags):.2g} in float32 (cancellation): " + text
+                    )
                 found.append(Hazard("error-growth", culprit.op if culprit is not None else "output", -1, text))
     return found

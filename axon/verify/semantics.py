@@ -47,7 +47,9 @@ class Semantics:
         src = self.graph.nodes[node.inputs[which]]
         shape = src.shape
         lead = len(index) - len(shape)
-        sub = tuple(ZERO if shape[j] == ONE and node.shape[j + lead] != ONE else index[j + lead] for j in range(len(shape)))
+        sub = tuple(
+            ZERO if shape[j] == ONE and node.shape[j + lead] != ONE else index[j + lead] for j in range(len(shape))
+        )
         return self.value(src.id, sub)
 
     def _compute(self, node: Node, index: tuple[E.Idx, ...]) -> Val:
@@ -114,7 +116,9 @@ class Semantics:
         def side(n: Node, last_two: tuple) -> tuple:
             nb = n.shape[:-2]
             lead = len(batch) - len(nb)
-            sub = tuple(ZERO if nb[j] == ONE and node.shape[j + lead] != ONE else batch[j + lead] for j in range(len(nb)))
+            sub = tuple(
+                ZERO if nb[j] == ONE and node.shape[j + lead] != ONE else batch[j + lead] for j in range(len(nb))
+            )
             return sub + last_two
 
         body = self.value(a.id, side(a, (index[-2], var))) * self.value(b.id, side(b, (var, index[-1])))
@@ -141,7 +145,7 @@ class Semantics:
             flat: E.Idx = ZERO
             for j, (dj, ij) in enumerate(group):
                 stride = ONE
-                for dk, _ in group[j + 1:]:
+                for dk, _ in group[j + 1 :]:
                     stride = stride * dk
                 if isinstance(ij, E.FloorDiv):
                     if len(group) > 1:

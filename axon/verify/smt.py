@@ -9,8 +9,8 @@ non-zero), positive sums and exps > 0. Every check runs with a timeout; Z3's `un
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import z3
 
@@ -118,9 +118,17 @@ def induction(lhs: E.Poly, rhs: E.Poly, timeout_s: float, names: E.Names) -> tup
     (status, certificate); status "proved" only if Z3 answers unsat to both.
     """
     diff = E.add(lhs, rhs, Fraction(-1))
-    extents = {str(a.extent): a.extent for m, _ in diff.terms for a, _ in m
-               if isinstance(a, E.Red) and a.kind == "sum" and len(a.extent.terms) == 1 and a.extent.terms[0][1] == 1
-               and len(a.extent.terms[0][0]) == 1 and a.extent.terms[0][0][0][1] == 1}
+    extents = {
+        str(a.extent): a.extent
+        for m, _ in diff.terms
+        for a, _ in m
+        if isinstance(a, E.Red)
+        and a.kind == "sum"
+        and len(a.extent.terms) == 1
+        and a.extent.terms[0][1] == 1
+        and len(a.extent.terms[0][0]) == 1
+        and a.extent.terms[0][0][0][1] == 1
+    }
     for text, extent in extents.items():
         sym = next(iter(extent.symbols))
         size = E.Size(sym)
@@ -130,8 +138,12 @@ def induction(lhs: E.Poly, rhs: E.Poly, timeout_s: float, names: E.Names) -> tup
             mine = [(a, e) for a, e in m if isinstance(a, E.Red) and a.kind == "sum" and a.extent == extent]
             sizes = [(a, e) for a, e in m if a.key == size.key]
             rest = tuple((a, e) for a, e in m if (a, e) not in mine and (a, e) not in sizes)
-            if (sym in E.mono_poly(rest).free or len(mine) + len(sizes) > 1 or any(e != 1 for _, e in mine + sizes)
-                    or any(sym in a.body.free for a, _ in mine)):  # a body that depends on n breaks the step
+            if (
+                sym in E.mono_poly(rest).free
+                or len(mine) + len(sizes) > 1
+                or any(e != 1 for _, e in mine + sizes)
+                or any(sym in a.body.free for a, _ in mine)
+            ):  # a body that depends on n breaks the step
                 ok = False
                 break
             coef = E.mono_poly(rest, c)
@@ -144,7 +156,12 @@ def induction(lhs: E.Poly, rhs: E.Poly, timeout_s: float, names: E.Names) -> tup
                 base = E.add(base, coef)
         if not ok:
             continue
-        if check_equal([base], [E.const(0)], timeout_s) == "unsat" and check_equal([step], [E.const(0)], timeout_s) == "unsat":
-            return "proved", (f"induction over the length {text}: base D(0) = 0; step D(n+1) - D(n) = "
-                              f"{step.key[:160]} = 0 (both unsat as negations)")
+        if (
+            check_equal([base], [E.const(0)], timeout_s) == "unsat"
+            and check_equal([step], [E.const(0)], timeout_s) == "unsat"
+        ):
+            return "proved", (
+                f"induction over the length {text}: base D(0) = 0; step D(n+1) - D(n) = "
+                f"{step.key[:160]} = 0 (both unsat as negations)"
+            )
     return "failed", "no reduction length over which the difference is linear and the induction closes"

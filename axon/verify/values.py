@@ -17,11 +17,11 @@ from axon.verify import expr as E
 POS, NONNEG, NEG, NONZERO = "pos", "nonneg", "neg", "nonzero"
 
 
-def _const_sign(c: Fraction) -> Optional[str]:
+def _const_sign(c: Fraction) -> str | None:
     return POS if c > 0 else NEG if c < 0 else NONNEG
 
 
-def _poly_sign(p: E.Poly) -> Optional[str]:
+def _poly_sign(p: E.Poly) -> str | None:
     if p.is_const:
         return _const_sign(p.const_value)
     if all(E.mono_nonneg(m, c) for m, c in p.terms):
@@ -29,18 +29,18 @@ def _poly_sign(p: E.Poly) -> Optional[str]:
     return None
 
 
-def _best(poly: E.Poly, sign: Optional[str]) -> Optional[str]:
+def _best(poly: E.Poly, sign: str | None) -> str | None:
     structural = _poly_sign(poly)
     if structural in (POS, NEG) or sign is None:
         return structural or sign
     return sign
 
 
-def _nonzero(s: Optional[str]) -> bool:
+def _nonzero(s: str | None) -> bool:
     return s in (POS, NEG, NONZERO)
 
 
-def _mul_sign(a: Optional[str], b: Optional[str]) -> Optional[str]:
+def _mul_sign(a: str | None, b: str | None) -> str | None:
     if a is None or b is None:
         return None
     if NONZERO in (a, b):
@@ -50,7 +50,7 @@ def _mul_sign(a: Optional[str], b: Optional[str]) -> Optional[str]:
     return POS if a == b else NEG
 
 
-def _add_sign(a: Optional[str], b: Optional[str]) -> Optional[str]:
+def _add_sign(a: str | None, b: str | None) -> str | None:
     if a in (POS, NONNEG) and b in (POS, NONNEG):
         return POS if POS in (a, b) else NONNEG
     if a == NEG and b == NEG:
@@ -58,7 +58,7 @@ def _add_sign(a: Optional[str], b: Optional[str]) -> Optional[str]:
     return None
 
 
-def _neg_sign(a: Optional[str]) -> Optional[str]:
+def _neg_sign(a: str | None) -> str | None:
     return {POS: NEG, NEG: POS, NONZERO: NONZERO}.get(a or "", None)
 
 
@@ -67,32 +67,32 @@ class Val:
 
     __slots__ = ("poly", "sign")
 
-    def __init__(self, poly: E.Poly, sign: Optional[str] = None) -> None:
+    def __init__(self, poly: E.Poly, sign: str | None = None) -> None:
         self.poly = poly
         self.sign = _best(poly, sign)
 
     @staticmethod
-    def lift(x: Any) -> "Val":
+    def lift(x: Any) -> Val:
         if isinstance(x, Val):
             return x
         return Val(E.const(Fraction(x)))
 
-    def __add__(self, o: Any) -> "Val":
+    def __add__(self, o: Any) -> Val:
         o = Val.lift(o)
         return Val(E.add(self.poly, o.poly), _add_sign(self.sign, o.sign))
 
     __radd__ = __add__
 
-    def __neg__(self) -> "Val":
+    def __neg__(self) -> Val:
         return Val(E.scale(self.poly, Fraction(-1)), _neg_sign(self.sign))
 
-    def __sub__(self, o: Any) -> "Val":
+    def __sub__(self, o: Any) -> Val:
         return self + (-Val.lift(o))
 
-    def __rsub__(self, o: Any) -> "Val":
+    def __rsub__(self, o: Any) -> Val:
         return Val.lift(o) - self
 
-    def __mul__(self, o: Any) -> "Val":
+    def __mul__(self, o: Any) -> Val:
         o = Val.lift(o)
         if o.poly == self.poly:  # a square is non-negative, positive if a is non-zero
             sign = POS if _nonzero(self.sign) else NONNEG
@@ -102,10 +102,10 @@ class Val:
 
     __rmul__ = __mul__
 
-    def __truediv__(self, o: Any) -> "Val":
+    def __truediv__(self, o: Any) -> Val:
         return self * reciprocal(Val.lift(o))
 
-    def __rtruediv__(self, o: Any) -> "Val":
+    def __rtruediv__(self, o: Any) -> Val:
         return Val.lift(o) * reciprocal(self)
 
 
@@ -116,7 +116,7 @@ def reciprocal(v: Val) -> Val:
         return Val(E.const(1 / p.const_value))
     if _nonzero(v.sign) and len(p.terms) == 1:
         # every factor of a non-zero monomial is non-zero, so its negative powers may cancel
-        (m, c), = p.terms
+        ((m, c),) = p.terms
         return Val(E.mono_poly(tuple((a, -e) for a, e in m), 1 / c), sign)
     return Val(E.atom(E.Fn("inv", (p,), _nonzero(v.sign), v.sign == POS)), sign)
 
@@ -186,7 +186,7 @@ class ExprMath:
         return Val(E.atom(E.Fn("pow", (x.poly,), p)))
 
 
-def _rational_sqrt(c: Fraction) -> Optional[Fraction]:
+def _rational_sqrt(c: Fraction) -> Fraction | None:
     from math import isqrt
 
     n, d = c.numerator, c.denominator
@@ -212,8 +212,12 @@ def reduce_val(kind: str, var: str, extent: Dim, body: Val, names: E.Names) -> V
     """kind over var in [0, extent) of body, normalized."""
     pieces = _range_pieces(extent)
     if len(pieces) > 1:
-        parts = [reduce_val(kind, (v := names.fresh()), piece, Val(E.subst(body.poly, var, Dim.sym(v) + off), body.sign), names)
-                 for piece, off in pieces]
+        parts = [
+            reduce_val(
+                kind, (v := names.fresh()), piece, Val(E.subst(body.poly, var, Dim.sym(v) + off), body.sign), names
+            )
+            for piece, off in pieces
+        ]
         out = parts[0]
         for p in parts[1:]:
             out = out + p if kind == "sum" else ExprMath()._minmax("maximum" if kind == "max" else "minimum", out, p)
@@ -279,7 +283,7 @@ def _extremum(kind: str, var: str, extent: Dim, body: Val, names: E.Names) -> Va
     factor = E.const(1)
     if len(dep_terms) == 1:
         # max_k(c * f * y_k) = c * f * max_k(y_k) for c > 0 and f > 0 not depending on k
-        (m, c), = dep_terms
+        ((m, c),) = dep_terms
         indep, dep = E.split_dep(m, var)
         pos_indep = tuple((a, e) for a, e in indep if a.pos)
         rest = tuple((a, e) for a, e in indep if not a.pos)
@@ -298,7 +302,11 @@ def _binder(kind: str, var: str, extent: Dim, body: E.Poly, names: E.Names) -> E
     h = body.height + 1
     canon = E.canonical_var(h)
     body = E.subst(body, var, Dim.sym(canon))
-    pos = len(body.terms) == 1 and E.mono_pos(*body.terms[0]) if kind == "sum" else all(E.mono_pos(m, c) for m, c in body.terms)
+    pos = (
+        len(body.terms) == 1 and E.mono_pos(*body.terms[0])
+        if kind == "sum"
+        else all(E.mono_pos(m, c) for m, c in body.terms)
+    )
     return E.atom(E.Red(kind, canon, extent, body, bool(pos)))
 
 
@@ -306,7 +314,7 @@ def _merge_tiles(kind: str, var: str, extent: Dim, body: E.Poly, names: E.Names)
     """Σ_{t<T} Σ_{u<B} f(t*B + u) = Σ_{k<T*B} f(k) (likewise max/min)."""
     if len(body.terms) != 1:
         return None
-    (m, c), = body.terms
+    ((m, c),) = body.terms
     if len(m) != 1 or m[0][1] != 1 or c != 1 or not isinstance(m[0][0], E.Red) or m[0][0].kind != kind:
         return None
     inner: E.Red = m[0][0]

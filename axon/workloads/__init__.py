@@ -12,8 +12,9 @@ import keyword
 import os
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from axon.errors import SpecError
 from axon.ir import Graph, trace
@@ -97,21 +98,81 @@ _REGISTRY: dict[str, Workload] = {
         _w(specs.bmm, SINGLE, "a @ b (batched)", dict(B=16, M=4096, K=64, N=4096), dict(B=2, M=256, K=64, N=256)),
         _w(specs.softmax, SINGLE, "exp(x - max(x)) / sum(exp(x - max(x)))", dict(M=4096, N=8192), dict(M=256, N=512)),
         _w(specs.rmsnorm, SINGLE, "x / sqrt(mean(x*x) + eps) * g", dict(M=4096, N=8192), dict(M=256, N=512)),
-        _w(specs.layernorm, SINGLE, "(x - mean(x)) / sqrt(var(x) + eps) * g + b", dict(M=4096, N=8192), dict(M=256, N=512)),
+        _w(
+            specs.layernorm,
+            SINGLE,
+            "(x - mean(x)) / sqrt(var(x) + eps) * g + b",
+            dict(M=4096, N=8192),
+            dict(M=256, N=512),
+        ),
         _w(specs.silu, SINGLE, "x / (1 + exp(-x))", dict(M=4096, N=7168), dict(M=256, N=512)),
         _w(specs.gelu, SINGLE, "0.5x(1 + tanh(0.79788456(x + 0.044715x^3)))", dict(M=4096, N=7168), dict(M=256, N=512)),
-        _w(specs.rope, SINGLE, "concat(x0*cos - x1*sin, x0*sin + x1*cos)", dict(H=64, S=4096, D=128), dict(H=2, S=256, D=128)),
+        _w(
+            specs.rope,
+            SINGLE,
+            "concat(x0*cos - x1*sin, x0*sin + x1*cos)",
+            dict(H=64, S=4096, D=128),
+            dict(H=2, S=256, D=128),
+        ),
         _w(specs.adamw, SINGLE, "AdamW step (theta, m, v)", dict(M=10944, N=2048), dict(M=256, N=512)),
         _w(specs.rmsnorm_matmul, MULTI, "rmsnorm(x, g) @ w", dict(M=4096, K=1024, N=2048), dict(M=256, K=256, N=512)),
-        _w(specs.add_rmsnorm_matmul, MULTI, "rmsnorm(x + z, g) @ w", dict(M=4096, K=1024, N=2048), dict(M=256, K=256, N=512)),
-        _w(specs.matmul_add_rmsnorm, MULTI, "rmsnorm(x @ w + z, g)", dict(M=4096, K=2048, N=2048), dict(M=256, K=256, N=512)),
-        _w(specs.layernorm_matmul, MULTI, "layernorm(x, g, b) @ w", dict(M=4096, K=4096, N=4096), dict(M=256, K=256, N=512)),
-        _w(specs.swiglu, MULTI, "(silu(x @ wg) * (x @ wu)) @ wd", dict(M=4096, D=1024, F=3072), dict(M=256, D=256, F=384)),
-        _w(specs.lora, MULTI, "x @ w + (x @ a) @ b", dict(M=4096, K=5120, N=12288, R=128), dict(M=256, K=256, N=512, R=64)),
-        _w(specs.bmm_softmax, MULTI, "softmax(a @ b) (batched)", dict(B=16, M=4096, K=64, N=4096), dict(B=2, M=256, K=64, N=256)),
+        _w(
+            specs.add_rmsnorm_matmul,
+            MULTI,
+            "rmsnorm(x + z, g) @ w",
+            dict(M=4096, K=1024, N=2048),
+            dict(M=256, K=256, N=512),
+        ),
+        _w(
+            specs.matmul_add_rmsnorm,
+            MULTI,
+            "rmsnorm(x @ w + z, g)",
+            dict(M=4096, K=2048, N=2048),
+            dict(M=256, K=256, N=512),
+        ),
+        _w(
+            specs.layernorm_matmul,
+            MULTI,
+            "layernorm(x, g, b) @ w",
+            dict(M=4096, K=4096, N=4096),
+            dict(M=256, K=256, N=512),
+        ),
+        _w(
+            specs.swiglu,
+            MULTI,
+            "(silu(x @ wg) * (x @ wu)) @ wd",
+            dict(M=4096, D=1024, F=3072),
+            dict(M=256, D=256, F=384),
+        ),
+        _w(
+            specs.lora,
+            MULTI,
+            "x @ w + (x @ a) @ b",
+            dict(M=4096, K=5120, N=12288, R=128),
+            dict(M=256, K=256, N=512, R=64),
+        ),
+        _w(
+            specs.bmm_softmax,
+            MULTI,
+            "softmax(a @ b) (batched)",
+            dict(B=16, M=4096, K=64, N=4096),
+            dict(B=2, M=256, K=64, N=256),
+        ),
         _w(specs.attention, MULTI, "softmax(q @ k.T / sqrt(d)) @ v", dict(H=16, S=4096, D=128), dict(H=2, S=256, D=64)),
-        _w(specs.gqa_attention, MULTI, "attention, 2 query heads per kv head", dict(KV=8, G=2, S=4096, D=128), dict(KV=2, G=2, S=256, D=64)),
-        _w(specs.qknorm_attention, MULTI, "attention(rmsnorm(q, gq), rmsnorm(k, gk), v)", dict(H=16, S=4096, D=128), dict(H=2, S=256, D=64)),
+        _w(
+            specs.gqa_attention,
+            MULTI,
+            "attention, 2 query heads per kv head",
+            dict(KV=8, G=2, S=4096, D=128),
+            dict(KV=2, G=2, S=256, D=64),
+        ),
+        _w(
+            specs.qknorm_attention,
+            MULTI,
+            "attention(rmsnorm(q, gq), rmsnorm(k, gk), v)",
+            dict(H=16, S=4096, D=128),
+            dict(H=2, S=256, D=64),
+        ),
     ]
 }
 
@@ -167,8 +228,9 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     presets = getattr(module, "PRESETS", {}).get(fn_name, {})
     if not isinstance(presets, Mapping):
         raise SpecError(f"spec file {path!r}: PRESETS[{fn_name!r}] must map preset names to shapes")
-    return Workload(f"{path}:{fn_name}", fn, "user", fn.__doc__ or fn_name, presets,
-                    identifier(getattr(fn, "__name__", fn_name)))
+    return Workload(
+        f"{path}:{fn_name}", fn, "user", fn.__doc__ or fn_name, presets, identifier(getattr(fn, "__name__", fn_name))
+    )
 
 
 __all__ = ["Workload", "all_workloads", "get", "identifier", "is_spec_ref", "load_spec", "names", "SINGLE", "MULTI"]

@@ -22,8 +22,8 @@ def partition_broadcast(row, ones, dtype=nl.float32):
     cols = min(free, BANK)
     for c in nl.affine_range(free // cols):
         part = nl.ndarray((P, cols), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=part, stationary=ones, moving=row[:, c * cols:(c + 1) * cols])
-        nisa.tensor_copy(dst=out[:, c * cols:(c + 1) * cols], src=part, engine=nisa.scalar_engine)
+        nisa.nc_matmul(dst=part, stationary=ones, moving=row[:, c * cols : (c + 1) * cols])
+        nisa.tensor_copy(dst=out[:, c * cols : (c + 1) * cols], src=part, engine=nisa.scalar_engine)
     return out
 
 
@@ -35,8 +35,8 @@ def broadcast_from_hbm(src, ones, dtype=nl.float32):
     out = nl.ndarray((P, free), dtype=dtype, buffer=nl.sbuf)
     for c in nl.affine_range(free // cols):
         row = nl.ndarray((1, cols), dtype=src.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=row, src=src[:, c * cols:(c + 1) * cols])
+        nisa.dma_copy(dst=row, src=src[:, c * cols : (c + 1) * cols])
         part = nl.ndarray((P, cols), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=part, stationary=ones, moving=row)
-        nisa.tensor_copy(dst=out[:, c * cols:(c + 1) * cols], src=part, engine=nisa.scalar_engine)
+        nisa.tensor_copy(dst=out[:, c * cols : (c + 1) * cols], src=part, engine=nisa.scalar_engine)
     return out

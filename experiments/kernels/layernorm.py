@@ -27,7 +27,7 @@ def layernorm_v1(x, gamma, beta):
     g, b = _broadcast_params(gamma, beta)
     for t in nl.affine_range(rows // P):
         xt = nl.ndarray((P, hidden), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt, src=x[t * P:(t + 1) * P, :])
+        nisa.dma_copy(dst=xt, src=x[t * P : (t + 1) * P, :])
         mean = nl.mean(xt, axis=1, keepdims=True)
         var = nl.var(xt, axis=1, keepdims=True)
         rstd = nl.rsqrt(var + EPS)
@@ -36,7 +36,7 @@ def layernorm_v1(x, gamma, beta):
             cols = slice(c * CHUNK, (c + 1) * CHUNK)
             y = nl.multiply(nl.subtract(xt[:, cols], mean), rstd)
             y = nl.add(nl.multiply(y, g[:, cols]), b[:, cols])
-            nisa.dma_copy(dst=out[t * P:(t + 1) * P, cols], src=y)
+            nisa.dma_copy(dst=out[t * P : (t + 1) * P, cols], src=y)
     return out
 
 
@@ -49,10 +49,10 @@ def layernorm_v2(x, gamma, beta):
     g, b = _broadcast_params(gamma, beta)
     for t in nl.affine_range(rows // P):
         xt = nl.ndarray((P, hidden), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt, src=x[t * P:(t + 1) * P, :])
+        nisa.dma_copy(dst=xt, src=x[t * P : (t + 1) * P, :])
         stats = nl.ndarray((P, chunks * 6), dtype=nl.float32, buffer=nl.sbuf)
         for c in nl.affine_range(chunks):
-            nisa.bn_stats(dst=stats[:, c * 6:(c + 1) * 6], data=xt[:, c * fmax:(c + 1) * fmax])
+            nisa.bn_stats(dst=stats[:, c * 6 : (c + 1) * 6], data=xt[:, c * fmax : (c + 1) * fmax])
         mv = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
         nisa.bn_aggr(dst=mv, data=stats)
         rstd = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -62,5 +62,5 @@ def layernorm_v2(x, gamma, beta):
         nisa.tensor_scalar(dst=y, data=xt, op0=nl.subtract, operand0=mv[:, 0:1], op1=nl.multiply, operand1=rstd)
         nisa.tensor_tensor(dst=y, data1=y, data2=g, op=nl.multiply)
         nisa.tensor_tensor(dst=y, data1=y, data2=b, op=nl.add)
-        nisa.dma_copy(dst=out[t * P:(t + 1) * P, :], src=y)
+        nisa.dma_copy(dst=out[t * P : (t + 1) * P, :], src=y)
     return out

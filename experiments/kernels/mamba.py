@@ -18,7 +18,7 @@ P = 128
 def _row(src, b, s, seq, ones):
     """B[b, s, :] broadcast over the partitions."""
     row = nl.ndarray((1, seq), dtype=src.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=row, src=src[b, s:s + 1, :])
+    nisa.dma_copy(dst=row, src=src[b, s : s + 1, :])
     return partition_broadcast(row, ones)
 
 
@@ -37,7 +37,7 @@ def _state_step(delta_t, du, a_col, b_bc, c_bc, acc, seq):
 
 def _load_tile(src, b, ct, seq):
     t = nl.ndarray((P, seq), dtype=src.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=src[b, ct * P:(ct + 1) * P, :])
+    nisa.dma_copy(dst=t, src=src[b, ct * P : (ct + 1) * P, :])
     return t
 
 
@@ -52,14 +52,16 @@ def mamba_v1(delta, u, A, B, C):
             delta_t = _load_tile(delta, b, ct, seq)
             u_t = _load_tile(u, b, ct, seq)
             a_t = nl.ndarray((P, state), dtype=A.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=a_t, src=A[ct * P:(ct + 1) * P, :])
+            nisa.dma_copy(dst=a_t, src=A[ct * P : (ct + 1) * P, :])
             acc = nl.ndarray((P, seq), dtype=nl.float32, buffer=nl.sbuf)
             nisa.memset(dst=acc, value=0.0)
             for s in nl.affine_range(state):
                 du = nl.ndarray((P, seq), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.tensor_tensor(dst=du, data1=delta_t, data2=u_t, op=nl.multiply)
-                _state_step(delta_t, du, a_t[:, s:s + 1], _row(B, b, s, seq, ones), _row(C, b, s, seq, ones), acc, seq)
-            nisa.dma_copy(dst=out[b, ct * P:(ct + 1) * P, :], src=acc)
+                _state_step(
+                    delta_t, du, a_t[:, s : s + 1], _row(B, b, s, seq, ones), _row(C, b, s, seq, ones), acc, seq
+                )
+            nisa.dma_copy(dst=out[b, ct * P : (ct + 1) * P, :], src=acc)
     return out
 
 
@@ -81,17 +83,24 @@ def mamba_v2(delta, u, A, B, C, group=8):
             for i in nl.affine_range(group):
                 ct = g * group + i
                 cols = slice(i * seq, (i + 1) * seq)
-                nisa.dma_copy(dst=delta_g[:, cols], src=delta[b, ct * P:(ct + 1) * P, :])
+                nisa.dma_copy(dst=delta_g[:, cols], src=delta[b, ct * P : (ct + 1) * P, :])
                 u_t = _load_tile(u, b, ct, seq)
                 nisa.tensor_tensor(dst=du_g[:, cols], data1=delta_g[:, cols], data2=u_t, op=nl.multiply)
-                nisa.dma_copy(dst=a_g[:, i * state:(i + 1) * state], src=A[ct * P:(ct + 1) * P, :])
+                nisa.dma_copy(dst=a_g[:, i * state : (i + 1) * state], src=A[ct * P : (ct + 1) * P, :])
             for s in nl.affine_range(state):
                 b_bc, c_bc = _row(B, b, s, seq, ones), _row(C, b, s, seq, ones)
                 for i in nl.affine_range(group):
                     cols = slice(i * seq, (i + 1) * seq)
-                    _state_step(delta_g[:, cols], du_g[:, cols], a_g[:, i * state + s:i * state + s + 1],
-                                b_bc, c_bc, acc_g[:, cols], seq)
+                    _state_step(
+                        delta_g[:, cols],
+                        du_g[:, cols],
+                        a_g[:, i * state + s : i * state + s + 1],
+                        b_bc,
+                        c_bc,
+                        acc_g[:, cols],
+                        seq,
+                    )
             for i in nl.affine_range(group):
                 ct = g * group + i
-                nisa.dma_copy(dst=out[b, ct * P:(ct + 1) * P, :], src=acc_g[:, i * seq:(i + 1) * seq])
+                nisa.dma_copy(dst=out[b, ct * P : (ct + 1) * P, :], src=acc_g[:, i * seq : (i + 1) * seq])
     return out

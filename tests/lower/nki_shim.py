@@ -17,8 +17,28 @@ from axon.lower.interpret import _RED, _act, _alu, np_dtype
 
 def _ns() -> dict[str, types.ModuleType]:
     nl = types.ModuleType("nki.language")
-    for name in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu", "gelu_apprx_tanh", "relu", "square", "abs",
-                 "reciprocal", "copy", "add", "subtract", "multiply", "divide", "maximum", "minimum", "power"):
+    for name in (
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "tanh",
+        "sigmoid",
+        "silu",
+        "gelu_apprx_tanh",
+        "relu",
+        "square",
+        "abs",
+        "reciprocal",
+        "copy",
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "maximum",
+        "minimum",
+        "power",
+    ):
         setattr(nl, name, f"nl.{name}")
     for name in ("float32", "bfloat16", "float16"):
         setattr(nl, name, name)
@@ -70,9 +90,11 @@ def _ns() -> dict[str, types.ModuleType]:
     isa.tensor_scalar, isa.tensor_scalar_reduce = tensor_scalar, tensor_scalar_reduce
     isa.tensor_tensor = lambda dst, data1, data2, op: put(dst, _alu(op, f(data1), f(data2)))
     isa.scalar_tensor_tensor = lambda dst, data, op0, operand0, op1, operand1: put(
-        dst, _alu(op1, _alu(op0, f(data), f(operand0)), f(operand1)))
+        dst, _alu(op1, _alu(op0, f(data), f(operand0)), f(operand1))
+    )
     isa.tensor_reduce = lambda dst, op, data, axis, keepdims=False, negate=False: put(
-        dst, _RED[op](f(data), axis=axis, keepdims=True))
+        dst, _RED[op](f(data), axis=axis, keepdims=True)
+    )
     isa.reciprocal = lambda dst, data: put(dst, 1.0 / f(data))
     nki = types.ModuleType("nki")
     nki.jit = lambda fn: fn
@@ -87,8 +109,14 @@ def run_source(source: str, *arrays: np.ndarray, dtypes: tuple[str, ...] = ()) -
     try:
         scope: dict = {}
         exec(compile(source, "<kernel>", "exec"), scope)
-        fn = [v for k, v in scope.items() if callable(v) and getattr(v, "__module__", None) is None and not k.startswith("_")
-              and k not in ("nki", "nisa", "nl")]
+        fn = [
+            v
+            for k, v in scope.items()
+            if callable(v)
+            and getattr(v, "__module__", None) is None
+            and not k.startswith("_")
+            and k not in ("nki", "nisa", "nl")
+        ]
         kernel = fn[-1]
         args = [np.asarray(a).astype(np_dtype(d)) for a, d in zip(arrays, dtypes or ("float32",) * len(arrays))]
         out = kernel(*args)

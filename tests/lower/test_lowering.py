@@ -121,7 +121,9 @@ def test_200_random_valid_points_match_reference(seed):
     _check(graph, point, "float32")
 
 
-@pytest.mark.parametrize("name,dims", [("adamw", dict(M=200)), ("rmsnorm_matmul", dict(M=200)), ("softmax", dict(M=136))])
+@pytest.mark.parametrize(
+    "name,dims", [("adamw", dict(M=200)), ("rmsnorm_matmul", dict(M=200)), ("softmax", dict(M=136))]
+)
 def test_ragged_rows_get_a_last_partial_block(name, dims):
     graph = get(name).graph("small", **dims)
     for point in ({}, {"bufs": 2, "tile_m": 64}):
@@ -129,11 +131,24 @@ def test_ragged_rows_get_a_last_partial_block(name, dims):
         assert "last row block" in src
 
 
-_HEAVY_TRACES = {"matmul", "transpose_matmul", "rope", "layernorm_matmul", "lora", "attention", "gqa_attention",
-                 "qknorm_attention", "bmm", "bmm_softmax", "swiglu"}
+_HEAVY_TRACES = {
+    "matmul",
+    "transpose_matmul",
+    "rope",
+    "layernorm_matmul",
+    "lora",
+    "attention",
+    "gqa_attention",
+    "qknorm_attention",
+    "bmm",
+    "bmm_softmax",
+    "swiglu",
+}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _HEAVY_TRACES else n for n in names()])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in _HEAVY_TRACES else n for n in names()]
+)
 def test_default_point_traces_at_default_preset(name):
     emu = _emulator()
     if emu is None:
@@ -160,14 +175,17 @@ def test_default_point_of_every_variant_matches_reference(name, dtype):
         _check(v, Space(v, HW, isel={}).default_point(), dtype)
 
 
-@pytest.mark.parametrize("name,dims,extra,order", [
-    ("rmsnorm_matmul", dict(N=2048), {}, "kn2"),
-    ("rmsnorm_matmul", dict(N=2048), {}, "kn4"),
-    ("matmul", dict(N=2048), {"weights": "resident"}, "kn2"),
-    ("matmul", dict(N=2048), {"weights": "resident"}, "kn4"),
-    # two matmuls of a group share the 8 PSUM banks: kn4 does not fit swiglu
-    ("swiglu", dict(F=1024), {"bufs": 1, "psum_bufs": 1, "tile_n": 128}, "kn2"),
-])
+@pytest.mark.parametrize(
+    "name,dims,extra,order",
+    [
+        ("rmsnorm_matmul", dict(N=2048), {}, "kn2"),
+        ("rmsnorm_matmul", dict(N=2048), {}, "kn4"),
+        ("matmul", dict(N=2048), {"weights": "resident"}, "kn2"),
+        ("matmul", dict(N=2048), {"weights": "resident"}, "kn4"),
+        # two matmuls of a group share the 8 PSUM banks: kn4 does not fit swiglu
+        ("swiglu", dict(F=1024), {"bufs": 1, "psum_bufs": 1, "tile_n": 128}, "kn2"),
+    ],
+)
 def test_k_outer_loop_order_matches_reference(name, dims, extra, order):
     """K outer over a group of n tiles: one PSUM bank per n tile, one DMA per K tile for the group."""
     graph = get(name).graph("small", **dims)
@@ -192,8 +210,10 @@ def _variant(name, moves, **dims):
     return next(v for v in verified_variants(graph) if [m.name for m in v.moves] == moves)
 
 
-@pytest.mark.parametrize("extra", [{"weights": "resident"}, {"weights": "stream"},
-                                   {"weights": "resident", "bufs": 2, "psum_bufs": 2, "m_block": 2}])
+@pytest.mark.parametrize(
+    "extra",
+    [{"weights": "resident"}, {"weights": "stream"}, {"weights": "resident", "bufs": 2, "psum_bufs": 2, "m_block": 2}],
+)
 def test_gain_folded_into_the_weights_is_scaled_on_chip(extra):
     """g moved onto w (g[:, None] * w): one pass, w's K tiles scaled by g per partition, no HBM scratch."""
     v = _variant("rmsnorm_matmul", ["move-factor-across", "hoist-factor"])

@@ -33,11 +33,14 @@ def test_partial_trace_cuts_top_level_loops_and_keeps_trip_counts(tmp_path):
     assert len(part) * 16 == pytest.approx(len(whole), rel=0.1)
 
 
-@pytest.mark.parametrize("name,dims,point", [
-    ("softmax", dict(M=4096), {"tile_m": 128, "bufs": 2}),
-    ("rmsnorm_matmul", dict(M=2048), {"tile_m": 64, "m_block": 2, "bufs": 2}),
-    ("rmsnorm_matmul", dict(M=2048), {"fusion": "unfused", "weights": "resident"}),
-])
+@pytest.mark.parametrize(
+    "name,dims,point",
+    [
+        ("softmax", dict(M=4096), {"tile_m": 128, "bufs": 2}),
+        ("rmsnorm_matmul", dict(M=2048), {"tile_m": 64, "m_block": 2, "bufs": 2}),
+        ("rmsnorm_matmul", dict(M=2048), {"fusion": "unfused", "weights": "resident"}),
+    ],
+)
 def test_extrapolated_timing_agrees_with_whole_simulation(name, dims, point):
     src, kernel, inputs = _kernel(name, dims, point)
     fast = SimBackend().measure(src, kernel, inputs, HW)

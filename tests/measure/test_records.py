@@ -18,9 +18,18 @@ from axon.measure.records import Record, RecordDB
 
 def _record(i: int, latency: float | None = 100.0, status: str = "ok") -> Record:
     return Record(
-        workload="matmul", shapes={"M": 128, "N": 256}, dtype="float32", hw="trn1", hw_hash="hh", backend="sim",
-        variant_hash="v0", point={"tile_n": 512, "i": i}, kernel_hash=f"k{i}", features={"x": float(i)},
-        latency_ns=latency, status=status,
+        workload="matmul",
+        shapes={"M": 128, "N": 256},
+        dtype="float32",
+        hw="trn1",
+        hw_hash="hh",
+        backend="sim",
+        variant_hash="v0",
+        point={"tile_n": 512, "i": i},
+        kernel_hash=f"k{i}",
+        features={"x": float(i)},
+        latency_ns=latency,
+        status=status,
     )
 
 
@@ -109,14 +118,26 @@ def test_claims_keep_workers_from_measuring_one_kernel_twice(tmp_path):
     assert db.claim("k", "sim", "h")
     assert db.claim("k", "sim", "h")  # the holder may claim again
     other = subprocess.run(
-        [sys.executable, "-c", f"from axon.measure.records import RecordDB; print(RecordDB({str(path)!r}).claim('k', 'sim', 'h'))"],
-        capture_output=True, text=True, cwd=os.getcwd(),
+        [
+            sys.executable,
+            "-c",
+            f"from axon.measure.records import RecordDB; print(RecordDB({str(path)!r}).claim('k', 'sim', 'h'))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=os.getcwd(),
     )
     assert other.stdout.strip() == "False"  # this process is alive and holds it
     # a claim whose process died is taken over
     db._conn.execute("UPDATE claims SET pid=999999999")
     other = subprocess.run(
-        [sys.executable, "-c", f"from axon.measure.records import RecordDB; print(RecordDB({str(path)!r}).claim('k', 'sim', 'h'))"],
-        capture_output=True, text=True, cwd=os.getcwd(),
+        [
+            sys.executable,
+            "-c",
+            f"from axon.measure.records import RecordDB; print(RecordDB({str(path)!r}).claim('k', 'sim', 'h'))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=os.getcwd(),
     )
     assert other.stdout.strip() == "True"

@@ -58,7 +58,7 @@ ACT = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "silu": lambda x: x / (1.0 + np.exp(-x)),
     "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "gelu_apprx_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
+    "gelu_apprx_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
     "relu": lambda x: np.maximum(x, 0.0),
     "abs": np.abs,
     "negative": lambda x: -x,
@@ -67,13 +67,17 @@ ACT = {
 }
 
 # Inputs each activation function is defined on (the act-func table's valid input ranges).
-ACT_DOMAIN = {"log": (0.05, 4.0), "sqrt": (0.0, 4.0), "rsqrt": (0.05, 4.0), "reciprocal": (0.25, 4.0),
-              "exp": (-4.0, 4.0)}
+ACT_DOMAIN = {
+    "log": (0.05, 4.0),
+    "sqrt": (0.0, 4.0),
+    "rsqrt": (0.05, 4.0),
+    "reciprocal": (0.25, 4.0),
+    "exp": (-4.0, 4.0),
+}
 ALU_DOMAIN = {"divide": (0.25, 4.0), "power": (0.25, 2.0)}
 
 # Reductions (nki.isa.tensor_reduce: arithmetic reduce ops; nl.sum/max/min/prod pages).
-REDUCE = {"add": np.sum, "max": np.max, "maximum": np.max, "min": np.min, "minimum": np.min,
-          "multiply": np.prod}
+REDUCE = {"add": np.sum, "max": np.max, "maximum": np.max, "min": np.min, "minimum": np.min, "multiply": np.prod}
 
 
 def _alu(op: str, a, b, reverse: bool = False):
@@ -191,7 +195,7 @@ def round_to_bfloat16(x):
 
 # ---- tolerance ---------------------------------------------------------------------------------
 
-EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -10}
+EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-8, "float16": 2.0**-10}
 
 
 def assert_matches(got, want, dtype_name: str, scale=None, what: str = "", transcendental: bool = False) -> None:
@@ -201,13 +205,15 @@ def assert_matches(got, want, dtype_name: str, scale=None, what: str = "", trans
     got = np.asarray(got, np.float64)
     want = np.asarray(want, np.float64)
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    eps = EPS.get(dtype_name, 2.0 ** -23)
-    f32 = (64 if transcendental else 8) * 2.0 ** -23
+    eps = EPS.get(dtype_name, 2.0**-23)
+    f32 = (64 if transcendental else 8) * 2.0**-23
     mag = np.abs(want) if scale is None else np.maximum(np.abs(want), np.asarray(scale, np.float64))
     tol = 2 * eps * np.abs(want) + f32 * mag + 1e-30
     with np.errstate(invalid="ignore"):  # inf - inf where both are the same infinity
         bad = ~(np.abs(got - want) <= tol) & ~(np.isnan(got) & np.isnan(want)) & ~(got == want)
     if bad.any():
         i = tuple(int(v[0]) for v in np.nonzero(bad))
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} elements differ, first at {i}: "
-                             f"emulator {got[i]!r}, formula {want[i]!r} ({dtype_name})")
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.size} elements differ, first at {i}: "
+            f"emulator {got[i]!r}, formula {want[i]!r} ({dtype_name})"
+        )

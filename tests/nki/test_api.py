@@ -52,9 +52,9 @@ def test_spmd_grid_program_ids():
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         i = nl.program_id(0)
         t = nl.ndarray((128, a.shape[1]), a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a[i * 128:(i + 1) * 128])
+        nisa.dma_copy(dst=t, src=a[i * 128 : (i + 1) * 128])
         nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(i + 1))
-        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128], src=t)
+        nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128], src=t)
         return out
 
     a = np.ones((256, 8), np.float32)
@@ -135,7 +135,7 @@ def test_calls_outside_a_kernel_are_an_error():
         nl.ndarray((128, 4), nl.float32)
 
 
-SOURCE = '''import nki
+SOURCE = """import nki
 import nki.isa as nisa
 import nki.language as nl
 
@@ -148,7 +148,7 @@ def add_one(a):
     nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
     nisa.dma_copy(dst=out, src=t)
     return out
-'''
+"""
 
 
 def test_run_and_trace_accept_kernel_source_text():

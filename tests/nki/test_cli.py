@@ -11,8 +11,15 @@ def test_nki_run_prints_output_shapes_and_dtypes():
 
 
 def test_nki_run_two_inputs_bf16():
-    r = run_axon("nki", "run", f"{KERNELS / 'current_api.py'}:matmul_tiled", "--input", "a_t=bfloat16[256,128]",
-                 "--input", "b=bfloat16[256,512]")
+    r = run_axon(
+        "nki",
+        "run",
+        f"{KERNELS / 'current_api.py'}:matmul_tiled",
+        "--input",
+        "a_t=bfloat16[256,128]",
+        "--input",
+        "b=bfloat16[256,512]",
+    )
     assert r.returncode == 0, r.stderr
     assert "shape [128, 512] dtype bfloat16" in r.stdout
 

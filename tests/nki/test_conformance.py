@@ -14,8 +14,18 @@ DATA = REPO.parent / "shared" / "data"
 # One per class of real-world NKI: SPMD host callers (spmd_dim, nl.nc), several arange terms in one
 # axis, masked partial tiles (250 rows) read unmasked, a [P] -> [P, F] broadcast, PSUM
 # accumulation and block tensors, the compiler-style trn1 kernels (with their partial last tile).
-SUBSET = ["spmd_multiple_nc_tensor_add", "transpose2d", "average_pool2d", "rmsnorm", "softmax", "matmul_basic",
-          "mamba_v2", "attention_v2", "rope_single_freq_apply_B1_H64_N4096_D128", "silu_M4096_N7168"]
+SUBSET = [
+    "spmd_multiple_nc_tensor_add",
+    "transpose2d",
+    "average_pool2d",
+    "rmsnorm",
+    "softmax",
+    "matmul_basic",
+    "mamba_v2",
+    "attention_v2",
+    "rope_single_freq_apply_B1_H64_N4096_D128",
+    "silu_M4096_N7168",
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +65,8 @@ def test_every_corpus_kernel_has_a_case(conformance):
         rel = str(path.relative_to(DATA / conformance.TUTORIALS))
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and any(
-                    "jit" in ast.unparse(d) or "baremetal" in ast.unparse(d) for d in node.decorator_list):
+                "jit" in ast.unparse(d) or "baremetal" in ast.unparse(d) for d in node.decorator_list
+            ):
                 # a jitted kernel is run directly or through its host caller in the same file
                 callers = [c for c in covered if c[1] == rel]
                 assert callers, f"{rel}:{node.name} has no conformance case"

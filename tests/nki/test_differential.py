@@ -23,8 +23,12 @@ from axon.errors import NKIError
 from axon.nki import current_isa, language, legacy_isa
 from tests.nki import formulas as F
 
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 PER_OP = settings(SETTINGS, max_examples=6)  # tests parametrized by operator: every operator, every run
 FLOATS = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
@@ -102,8 +106,14 @@ def _mask(P: int, keep: int):
 
 
 @SETTINGS
-@given(K=st.integers(1, 128), M=st.integers(1, 128), N=free_sizes, dtype=float_dtypes,
-       flags=st.lists(st.sampled_from([None, True, False]), min_size=1, max_size=4), seed=st.integers(0, 2 ** 16))
+@given(
+    K=st.integers(1, 128),
+    M=st.integers(1, 128),
+    N=free_sizes,
+    dtype=float_dtypes,
+    flags=st.lists(st.sampled_from([None, True, False]), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
 def test_current_nc_matmul(K, M, N, dtype, flags, seed):
     flags[0] = None if flags[0] is True else flags[0]  # the first write of a fresh PSUM tile cannot accumulate
     st_in = [_rand(seed + i, (K, M), dtype=dtype) for i in range(len(flags))]
@@ -136,8 +146,8 @@ def test_current_nc_matmul_k_loop_without_flags_accumulates():
         for k in nl.affine_range(K // 128):
             a = nl.ndarray((128, M), nl.float32, buffer=nl.sbuf)
             bb = nl.ndarray((128, N), nl.float32, buffer=nl.sbuf)
-            nisa.dma_copy(dst=a, src=a_t[k * 128:(k + 1) * 128, :])
-            nisa.dma_copy(dst=bb, src=b[k * 128:(k + 1) * 128, :])
+            nisa.dma_copy(dst=a, src=a_t[k * 128 : (k + 1) * 128, :])
+            nisa.dma_copy(dst=bb, src=b[k * 128 : (k + 1) * 128, :])
             nisa.nc_matmul(dst=psum, stationary=a, moving=bb)
         s = nl.ndarray((M, N), nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=s, src=psum)
@@ -168,8 +178,14 @@ def test_current_nc_matmul_accumulate_onto_unwritten_psum_is_an_error():
 
 
 @SETTINGS
-@given(K=st.integers(1, 128), M=st.integers(1, 128), N=free_sizes, dtype=float_dtypes, ktiles=st.integers(1, 3),
-       seed=st.integers(0, 2 ** 16))
+@given(
+    K=st.integers(1, 128),
+    M=st.integers(1, 128),
+    N=free_sizes,
+    dtype=float_dtypes,
+    ktiles=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
 def test_legacy_nc_matmul(K, M, N, dtype, ktiles, seed):
     """`res = nisa.nc_matmul(a, b)` overwrites; `psum[...] += nisa.nc_matmul(a, b)` accumulates."""
     import neuronxcc.nki.isa as nisa
@@ -209,8 +225,14 @@ def test_current_nc_matmul_transpose_mode_with_identity_is_bit_exact():
 
 
 @SETTINGS
-@given(P=partitions, Fs=st.integers(1, 128), dtype=float_dtypes, engine=st.sampled_from(["tensor", "vector"]),
-       api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=st.integers(1, 128),
+    dtype=float_dtypes,
+    engine=st.sampled_from(["tensor", "vector"]),
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_nc_transpose(P, Fs, dtype, engine, api, seed):
     if engine == "vector":
         P, Fs = min(P, 32), min(Fs, 32)
@@ -219,8 +241,11 @@ def test_nc_transpose(P, Fs, dtype, engine, api, seed):
         import nki.isa as nisa
 
         out_dtype = "float32" if engine == "tensor" else dtype
-        (got,) = run_current(lambda t, o: nisa.nc_transpose(dst=o[0], data=t[0], engine=engine), [x],
-                             [((Fs, P), out_dtype, "psum" if engine == "tensor" else "sbuf")])
+        (got,) = run_current(
+            lambda t, o: nisa.nc_transpose(dst=o[0], data=t[0], engine=engine),
+            [x],
+            [((Fs, P), out_dtype, "psum" if engine == "tensor" else "sbuf")],
+        )
     else:
         import neuronxcc.nki.isa as nisa
 
@@ -229,8 +254,13 @@ def test_nc_transpose(P, Fs, dtype, engine, api, seed):
 
 
 @SETTINGS
-@given(P=partitions, Fs=st.integers(1, 128), dtype=float_dtypes, api=st.sampled_from(["current", "legacy", "nl"]),
-       seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=st.integers(1, 128),
+    dtype=float_dtypes,
+    api=st.sampled_from(["current", "legacy", "nl"]),
+    seed=st.integers(0, 2**16),
+)
 def test_dma_transpose(P, Fs, dtype, api, seed):
     """nisa.dma_transpose (both APIs) and nl.load_transpose2d: HBM [a, b] -> SBUF [b, a]."""
     x = _rand(seed, (Fs, P), dtype=dtype)
@@ -253,6 +283,7 @@ def test_dma_transpose(P, Fs, dtype, api, seed):
             out = nl.ndarray((P, Fs), a.dtype, buffer=nl.shared_hbm)
             nl.store(out, value=t)
             return out
+
     F.assert_matches(axon.nki.run(k, x), F.transpose(_f64(x)), dtype, what=f"{api} dma transpose")
 
 
@@ -260,8 +291,14 @@ def test_dma_transpose(P, Fs, dtype, api, seed):
 
 
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, src=float_dtypes, dst=float_dtypes, seed=st.integers(0, 2 ** 16),
-       keep=st.integers(1, 128))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    src=float_dtypes,
+    dst=float_dtypes,
+    seed=st.integers(0, 2**16),
+    keep=st.integers(1, 128),
+)
 def test_dma_copy_load_store_and_casts(P, Fs, src, dst, seed, keep):
     """dma_copy casts src -> float32 -> dst (page('nki.isa.dma_copy')); nl.load/nl.store with a mask
     move only the kept rows."""
@@ -289,9 +326,16 @@ def test_dma_copy_load_store_and_casts(P, Fs, src, dst, seed, keep):
 
 @pytest.mark.parametrize("op", sorted(F.ACT))
 @PER_OP
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes,
-       vector_scale=st.booleans(), with_bias=st.booleans(), reduce=st.booleans(),
-       api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    vector_scale=st.booleans(),
+    with_bias=st.booleans(),
+    reduce=st.booleans(),
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_activation(P, Fs, dtype, op, vector_scale, with_bias, reduce, api, seed):
     lo, hi = F.ACT_DOMAIN.get(op, (-3.0, 3.0))
     x = _rand(seed, (P, Fs), lo, hi, dtype)
@@ -310,7 +354,11 @@ def test_activation(P, Fs, dtype, op, vector_scale, with_bias, reduce, api, seed
 
         def body(t, o):
             s, b = args(t)
-            red = {"reduce_op": np_add(), "reduce_res": o[1], "reduce_cmd": nisa.reduce_cmd.reset_reduce} if reduce else {}
+            red = (
+                {"reduce_op": np_add(), "reduce_res": o[1], "reduce_cmd": nisa.reduce_cmd.reset_reduce}
+                if reduce
+                else {}
+            )
             nisa.activation(dst=o[0], op=act(op), data=t[0], scale=s, bias=b, **red)
 
         outs = run_current(body, inputs, [((P, Fs), dtype, "sbuf")] + ([((P, 1), "float32", "sbuf")] if reduce else []))
@@ -332,8 +380,14 @@ def test_activation(P, Fs, dtype, op, vector_scale, with_bias, reduce, api, seed
     arg = np.abs(_f64(x) * _f64(scale)) + (0 if bias is None else np.abs(_f64(bias)))
     F.assert_matches(outs[0], want, dtype, np.maximum(arg, 1.0), f"{api} activation {op}", transcendental=True)
     if reduce:
-        F.assert_matches(outs[1][:, 0], want.sum(axis=1), "float32", np.abs(want).sum(axis=1), "activation reduce",
-                         transcendental=True)
+        F.assert_matches(
+            outs[1][:, 0],
+            want.sum(axis=1),
+            "float32",
+            np.abs(want).sum(axis=1),
+            "activation reduce",
+            transcendental=True,
+        )
 
 
 def test_current_activation_reduce_cmd_accumulates_across_instructions():
@@ -344,8 +398,9 @@ def test_current_activation_reduce_cmd_accumulates_across_instructions():
 
     def body(t, o):
         nisa.activation(dst=o[0], op=act("exp"), data=t[0], reduce_op=np_add(), reduce_cmd=nisa.reduce_cmd.reset_reduce)
-        nisa.activation(dst=o[0], op=act("exp"), data=t[1], reduce_op=np_add(), reduce_res=o[1],
-                        reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.activation(
+            dst=o[0], op=act("exp"), data=t[1], reduce_op=np_add(), reduce_res=o[1], reduce_cmd=nisa.reduce_cmd.reduce
+        )
 
     _, res = run_current(body, [x, y], [((64, 40), "float32", "sbuf"), ((64, 1), "float32", "sbuf")])
     want = np.exp(_f64(x)).sum(axis=1) + np.exp(_f64(y)).sum(axis=1)
@@ -353,19 +408,27 @@ def test_current_activation_reduce_cmd_accumulates_across_instructions():
 
 
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, op=st.sampled_from(["exp", "tanh", "square", "copy"]),
-       seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    op=st.sampled_from(["exp", "tanh", "square", "copy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_current_activation_reduce(P, Fs, dtype, op, seed):
     import nki.isa as nisa
 
     x = _rand(seed, (P, Fs), -1, 1, dtype)
-    y, res = run_current(lambda t, o: nisa.activation_reduce(dst=o[0], op=act(op), data=t[0], reduce_op=np_add(),
-                                                             reduce_res=o[1]),
-                         [x], [((P, Fs), dtype, "sbuf"), ((P, 1), "float32", "sbuf")])
+    y, res = run_current(
+        lambda t, o: nisa.activation_reduce(dst=o[0], op=act(op), data=t[0], reduce_op=np_add(), reduce_res=o[1]),
+        [x],
+        [((P, Fs), dtype, "sbuf"), ((P, 1), "float32", "sbuf")],
+    )
     want = F.ACT[op](_f64(x))
     F.assert_matches(y, want, dtype, 1.0, f"activation_reduce {op}", transcendental=True)
-    F.assert_matches(res[:, 0], want.sum(axis=1), "float32", np.abs(want).sum(axis=1), "activation_reduce sum",
-                     transcendental=True)
+    F.assert_matches(
+        res[:, 0], want.sum(axis=1), "float32", np.abs(want).sum(axis=1), "activation_reduce sum", transcendental=True
+    )
 
 
 def act(name):
@@ -395,8 +458,15 @@ def _alu_inputs(op, seed, shape, dtype):
 
 @pytest.mark.parametrize("op", ALU_OPS)
 @PER_OP
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, out=float_dtypes,
-       api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16), keep=st.integers(1, 128))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    out=float_dtypes,
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+    keep=st.integers(1, 128),
+)
 def test_tensor_tensor(P, Fs, dtype, out, op, api, seed, keep):
     a, b = _alu_inputs(op, seed, (P, Fs), dtype), _alu_inputs(op, seed + 1, (P, Fs), dtype)
     if op == "power":
@@ -406,25 +476,51 @@ def test_tensor_tensor(P, Fs, dtype, out, op, api, seed, keep):
     if api == "current":
         import nki.isa as nisa
 
-        (got,) = run_current(lambda t, o: nisa.tensor_tensor(dst=o[0], data1=t[0], data2=t[1], op=act(op)),
-                             [a, b], [((P, Fs), out, "sbuf")])
-        F.assert_matches(got, want, out, scale if op in ("add", "subtract") else None, f"tensor_tensor {op}",
-                         transcendental=op == "power")
+        (got,) = run_current(
+            lambda t, o: nisa.tensor_tensor(dst=o[0], data1=t[0], data2=t[1], op=act(op)),
+            [a, b],
+            [((P, Fs), out, "sbuf")],
+        )
+        F.assert_matches(
+            got,
+            want,
+            out,
+            scale if op in ("add", "subtract") else None,
+            f"tensor_tensor {op}",
+            transcendental=op == "power",
+        )
     else:
         import neuronxcc.nki.isa as nisa
 
         keep = min(keep, P)
-        (got,) = run_legacy(lambda t: [nisa.tensor_tensor(t[0], t[1], act(op), dtype=getattr(np, "float32"),
-                                                          mask=_mask(P, keep))], [a, b], keep=keep)
-        F.assert_matches(got, want[:keep], "float32", (scale if op in ("add", "subtract") else np.abs(want))[:keep],
-                         f"legacy masked tensor_tensor {op}", transcendental=op == "power")
+        (got,) = run_legacy(
+            lambda t: [nisa.tensor_tensor(t[0], t[1], act(op), dtype=np.float32, mask=_mask(P, keep))],
+            [a, b],
+            keep=keep,
+        )
+        F.assert_matches(
+            got,
+            want[:keep],
+            "float32",
+            (scale if op in ("add", "subtract") else np.abs(want))[:keep],
+            f"legacy masked tensor_tensor {op}",
+            transcendental=op == "power",
+        )
 
 
 @pytest.mark.parametrize("op0", ALU_OPS)
 @PER_OP
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes,
-       op1=st.sampled_from([None] + ALU_OPS), rev0=st.booleans(), rev1=st.booleans(), vec0=st.booleans(),
-       api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    op1=st.sampled_from([None] + ALU_OPS),
+    rev0=st.booleans(),
+    rev1=st.booleans(),
+    vec0=st.booleans(),
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_tensor_scalar(P, Fs, dtype, op0, op1, rev0, rev1, vec0, api, seed):
     x = _rand(seed, (P, Fs), 0.5, 2.0, dtype)  # positive: divide and power stay defined under reverse
     o0 = _rand(seed + 1, (P, 1), 0.5, 2.0) if vec0 else np.float32(1.25)
@@ -435,41 +531,71 @@ def test_tensor_scalar(P, Fs, dtype, op0, op1, rev0, rev1, vec0, api, seed):
         import nki.isa as nisa
 
         def body(t, o):
-            nisa.tensor_scalar(dst=o[0], data=t[0], op0=act(op0), operand0=t[1] if vec0 else float(o0), reverse0=rev0,
-                               op1=None if op1 is None else act(op1), operand1=None if op1 is None else float(o1),
-                               reverse1=rev1)
+            nisa.tensor_scalar(
+                dst=o[0],
+                data=t[0],
+                op0=act(op0),
+                operand0=t[1] if vec0 else float(o0),
+                reverse0=rev0,
+                op1=None if op1 is None else act(op1),
+                operand1=None if op1 is None else float(o1),
+                reverse1=rev1,
+            )
 
         (got,) = run_current(body, inputs, [((P, Fs), "float32", "sbuf")])
     else:
         import neuronxcc.nki.isa as nisa
 
-        (got,) = run_legacy(lambda t: [nisa.tensor_scalar(t[0], act(op0), t[1] if vec0 else float(o0), reverse0=rev0,
-                                                          op1=None if op1 is None else act(op1),
-                                                          operand1=None if op1 is None else float(o1),
-                                                          reverse1=rev1, dtype=np.float32)], inputs)
+        (got,) = run_legacy(
+            lambda t: [
+                nisa.tensor_scalar(
+                    t[0],
+                    act(op0),
+                    t[1] if vec0 else float(o0),
+                    reverse0=rev0,
+                    op1=None if op1 is None else act(op1),
+                    operand1=None if op1 is None else float(o1),
+                    reverse1=rev1,
+                    dtype=np.float32,
+                )
+            ],
+            inputs,
+        )
     F.assert_matches(got, want, "float32", 4 * (np.abs(_f64(x)) + 2), f"tensor_scalar {op0},{op1}", transcendental=True)
 
 
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, op0=st.sampled_from(["add", "multiply", "subtract", "maximum"]),
-       rop=st.sampled_from(["add", "maximum", "minimum"]), api=st.sampled_from(["current", "legacy"]),
-       seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    op0=st.sampled_from(["add", "multiply", "subtract", "maximum"]),
+    rop=st.sampled_from(["add", "maximum", "minimum"]),
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_tensor_scalar_reduce(P, Fs, dtype, op0, rop, api, seed):
     x = _rand(seed, (P, Fs), dtype=dtype)
     if api == "current":
         import nki.isa as nisa
 
-        y, r = run_current(lambda t, o: nisa.tensor_scalar_reduce(dst=o[0], data=t[0], op0=act(op0), operand0=0.5,
-                                                                  reduce_op=act(rop), reduce_res=o[1]),
-                           [x], [((P, Fs), dtype, "sbuf"), ((P, 1), "float32", "sbuf")])
+        y, r = run_current(
+            lambda t, o: nisa.tensor_scalar_reduce(
+                dst=o[0], data=t[0], op0=act(op0), operand0=0.5, reduce_op=act(rop), reduce_res=o[1]
+            ),
+            [x],
+            [((P, Fs), dtype, "sbuf"), ((P, 1), "float32", "sbuf")],
+        )
     else:
         import neuronxcc.nki.isa as nisa
         import neuronxcc.nki.language as nl
 
         def body(t):
             res = nl.ndarray((P, 1), nl.float32)
-            return [nisa.tensor_scalar_reduce(data=t[0], op0=act(op0), operand0=0.5, reduce_op=act(rop),
-                                              reduce_res=res), res]
+            return [
+                nisa.tensor_scalar_reduce(data=t[0], op0=act(op0), operand0=0.5, reduce_op=act(rop), reduce_res=res),
+                res,
+            ]
 
         y, r = run_legacy(body, [x])
     want = F.ALU[op0](_f64(x), 0.5)
@@ -478,33 +604,72 @@ def test_tensor_scalar_reduce(P, Fs, dtype, op0, rop, api, seed):
 
 
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, op0=st.sampled_from(["add", "multiply", "subtract", "maximum"]),
-       op1=st.sampled_from(["add", "multiply", "subtract", "minimum"]), rev0=st.booleans(), rev1=st.booleans(),
-       api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    op0=st.sampled_from(["add", "multiply", "subtract", "maximum"]),
+    op1=st.sampled_from(["add", "multiply", "subtract", "minimum"]),
+    rev0=st.booleans(),
+    rev1=st.booleans(),
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_scalar_tensor_tensor(P, Fs, dtype, op0, op1, rev0, rev1, api, seed):
     x, y = _rand(seed, (P, Fs), dtype=dtype), _rand(seed + 1, (P, Fs), dtype=dtype)
     v = _rand(seed + 2, (P, 1))
     if api == "current":
         import nki.isa as nisa
 
-        (got,) = run_current(lambda t, o: nisa.scalar_tensor_tensor(dst=o[0], data=t[0], op0=act(op0), operand0=t[2],
-                                                                    op1=act(op1), operand1=t[1], reverse0=rev0,
-                                                                    reverse1=rev1),
-                             [x, y, v], [((P, Fs), "float32", "sbuf")])
+        (got,) = run_current(
+            lambda t, o: nisa.scalar_tensor_tensor(
+                dst=o[0],
+                data=t[0],
+                op0=act(op0),
+                operand0=t[2],
+                op1=act(op1),
+                operand1=t[1],
+                reverse0=rev0,
+                reverse1=rev1,
+            ),
+            [x, y, v],
+            [((P, Fs), "float32", "sbuf")],
+        )
     else:
         import neuronxcc.nki.isa as nisa
 
-        (got,) = run_legacy(lambda t: [nisa.scalar_tensor_tensor(data=t[0], op0=act(op0), operand0=t[2], op1=act(op1),
-                                                                 operand1=t[1], reverse0=rev0, reverse1=rev1,
-                                                                 dtype=np.float32)], [x, y, v])
+        (got,) = run_legacy(
+            lambda t: [
+                nisa.scalar_tensor_tensor(
+                    data=t[0],
+                    op0=act(op0),
+                    operand0=t[2],
+                    op1=act(op1),
+                    operand1=t[1],
+                    reverse0=rev0,
+                    reverse1=rev1,
+                    dtype=np.float32,
+                )
+            ],
+            [x, y, v],
+        )
     want = F.scalar_tensor_tensor(_f64(x), op0, _f64(v), op1, _f64(y), rev0, rev1)
     F.assert_matches(got, want, "float32", 8 * (np.abs(_f64(x)) + 2) ** 2, f"scalar_tensor_tensor {op0},{op1}")
 
 
 @SETTINGS
-@given(P=partitions, A=st.integers(1, 9), B=st.integers(1, 40), dtype=float_dtypes,
-       op=st.sampled_from(["add", "maximum", "minimum", "multiply"]), negate=st.booleans(), keepdims=st.booleans(),
-       last_only=st.booleans(), api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    A=st.integers(1, 9),
+    B=st.integers(1, 40),
+    dtype=float_dtypes,
+    op=st.sampled_from(["add", "maximum", "minimum", "multiply"]),
+    negate=st.booleans(),
+    keepdims=st.booleans(),
+    last_only=st.booleans(),
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_tensor_reduce(P, A, B, dtype, op, negate, keepdims, last_only, api, seed):
     x = _rand(seed, (P, A, B), 0.8 if op == "multiply" else -2, 1.2 if op == "multiply" else 2, dtype)
     axes = (2,) if last_only else (1, 2)
@@ -513,29 +678,41 @@ def test_tensor_reduce(P, A, B, dtype, op, negate, keepdims, last_only, api, see
     if api == "current":
         import nki.isa as nisa
 
-        (got,) = run_current(lambda t, o: nisa.tensor_reduce(dst=o[0], op=act(op), data=t[0], axis=axes, negate=negate,
-                                                             keepdims=keepdims),
-                             [x], [(shape, "float32", "sbuf")])
+        (got,) = run_current(
+            lambda t, o: nisa.tensor_reduce(
+                dst=o[0], op=act(op), data=t[0], axis=axes, negate=negate, keepdims=keepdims
+            ),
+            [x],
+            [(shape, "float32", "sbuf")],
+        )
     else:
         import neuronxcc.nki.isa as nisa
 
-        (got,) = run_legacy(lambda t: [nisa.tensor_reduce(act(op), t[0], axes, negate=negate, keepdims=keepdims,
-                                                          dtype=np.float32)], [x])
+        (got,) = run_legacy(
+            lambda t: [nisa.tensor_reduce(act(op), t[0], axes, negate=negate, keepdims=keepdims, dtype=np.float32)], [x]
+        )
     scale = F.tensor_reduce("add", np.abs(_f64(x)), axes, False, keepdims) if op == "add" else None
     F.assert_matches(got, want, "float32", scale, f"tensor_reduce {op}", transcendental=op == "multiply")
 
 
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, src=float_dtypes, dst=float_dtypes, engine=st.sampled_from(["vector", "gpsimd",
-                                                                                             "scalar"]),
-       api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    src=float_dtypes,
+    dst=float_dtypes,
+    engine=st.sampled_from(["vector", "gpsimd", "scalar"]),
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_tensor_copy(P, Fs, src, dst, engine, api, seed):
     x = _rand(seed, (P, Fs), -50, 50, src)
     if api == "current":
         import nki.isa as nisa
 
-        (got,) = run_current(lambda t, o: nisa.tensor_copy(dst=o[0], src=t[0], engine=engine), [x],
-                             [((P, Fs), dst, "sbuf")])
+        (got,) = run_current(
+            lambda t, o: nisa.tensor_copy(dst=o[0], src=t[0], engine=engine), [x], [((P, Fs), dst, "sbuf")]
+        )
     else:
         import neuronxcc.nki.isa as nisa
 
@@ -544,8 +721,13 @@ def test_tensor_copy(P, Fs, src, dst, engine, api, seed):
 
 
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, api=st.sampled_from(["current", "legacy"]),
-       seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_reciprocal(P, Fs, dtype, api, seed):
     x = _rand(seed, (P, Fs), 0.25, 4.0, dtype) * np.where(np.arange(Fs) % 2, 1, -1).astype(FLOATS[dtype])
     if api == "current":
@@ -560,15 +742,21 @@ def test_reciprocal(P, Fs, dtype, api, seed):
 
 
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, value=st.sampled_from([0.0, 1.0, -2.5, 3.14159, 1e4]),
-       api=st.sampled_from(["current", "legacy"]))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    value=st.sampled_from([0.0, 1.0, -2.5, 3.14159, 1e4]),
+    api=st.sampled_from(["current", "legacy"]),
+)
 def test_memset(P, Fs, dtype, value, api):
     """page('nki.isa.memset'): every element of dst holds value (rounded to dst's dtype)."""
     if api == "current":
         import nki.isa as nisa
 
-        (got,) = run_current(lambda t, o: nisa.memset(dst=o[0], value=value), [np.zeros((1, 1), np.float32)],
-                             [((P, Fs), dtype, "sbuf")])
+        (got,) = run_current(
+            lambda t, o: nisa.memset(dst=o[0], value=value), [np.zeros((1, 1), np.float32)], [((P, Fs), dtype, "sbuf")]
+        )
     else:
         import neuronxcc.nki.isa as nisa
 
@@ -577,21 +765,33 @@ def test_memset(P, Fs, dtype, value, api):
 
 
 @SETTINGS
-@given(P=partitions, dims=st.lists(st.tuples(st.integers(-3, 5), st.integers(1, 6)), min_size=1, max_size=3),
-       offset=st.integers(-50, 50), cm=st.integers(-3, 3))
+@given(
+    P=partitions,
+    dims=st.lists(st.tuples(st.integers(-3, 5), st.integers(1, 6)), min_size=1, max_size=3),
+    offset=st.integers(-50, 50),
+    cm=st.integers(-3, 3),
+)
 def test_current_iota(P, dims, offset, cm):
     import nki.isa as nisa
 
     n = int(np.prod([d for _, d in dims]))
     pattern = [list(d) for d in dims]
-    (got,) = run_current(lambda t, o: nisa.iota(dst=o[0], pattern=pattern, offset=offset, channel_multiplier=cm),
-                         [np.zeros((1, 1), np.float32)], [((P, n), "float32", "sbuf")])
+    (got,) = run_current(
+        lambda t, o: nisa.iota(dst=o[0], pattern=pattern, offset=offset, channel_multiplier=cm),
+        [np.zeros((1, 1), np.float32)],
+        [((P, n), "float32", "sbuf")],
+    )
     F.assert_matches(got, F.iota(P, pattern, offset, cm), "float32", what=f"iota {pattern}")
 
 
 @SETTINGS
-@given(P=partitions, Fs=st.integers(1, 64), a=st.sampled_from([-3, -1, 1, 2]), b=st.sampled_from([-2, 1, 3]),
-       c=st.integers(-20, 20))
+@given(
+    P=partitions,
+    Fs=st.integers(1, 64),
+    a=st.sampled_from([-3, -1, 1, 2]),
+    b=st.sampled_from([-2, 1, 3]),
+    c=st.integers(-20, 20),
+)
 def test_legacy_iota(P, Fs, a, b, c):
     """Legacy form: the values of an affine nl.arange expression (page('nki.isa.iota', 'legacy'))."""
     import neuronxcc.nki.isa as nisa
@@ -606,24 +806,38 @@ def test_legacy_iota(P, Fs, a, b, c):
 
 
 @SETTINGS
-@given(P=partitions, Fs=st.integers(1, 200), dtype=float_dtypes,
-       cmp=st.sampled_from(["greater_equal", "greater", "less", "less_equal", "equal", "not_equal"]),
-       step=st.integers(-2, 2), cm=st.integers(-2, 2), offset=st.integers(-30, 30), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=st.integers(1, 200),
+    dtype=float_dtypes,
+    cmp=st.sampled_from(["greater_equal", "greater", "less", "less_equal", "equal", "not_equal"]),
+    step=st.integers(-2, 2),
+    cm=st.integers(-2, 2),
+    offset=st.integers(-30, 30),
+    seed=st.integers(0, 2**16),
+)
 def test_current_affine_select(P, Fs, dtype, cmp, step, cm, offset, seed):
     import nki.isa as nisa
 
     x = _rand(seed, (P, Fs), dtype=dtype)
 
     def body(t, o):
-        nisa.affine_select(dst=o[0], pattern=[[step, Fs]], channel_multiplier=cm, on_true_tile=t[0],
-                           on_false_value=-9.0, cmp_op=act(cmp), offset=offset)
+        nisa.affine_select(
+            dst=o[0],
+            pattern=[[step, Fs]],
+            channel_multiplier=cm,
+            on_true_tile=t[0],
+            on_false_value=-9.0,
+            cmp_op=act(cmp),
+            offset=offset,
+        )
 
     (got,) = run_current(body, [x], [((P, Fs), dtype, "sbuf")])
     F.assert_matches(got, F.affine_select(_f64(x), -9.0, [[step, Fs]], offset, cm, cmp), dtype, what="affine_select")
 
 
 @SETTINGS
-@given(P=partitions, Fs=st.integers(1, 200), dtype=float_dtypes, shift=st.integers(-40, 40), seed=st.integers(0, 2 ** 16))
+@given(P=partitions, Fs=st.integers(1, 200), dtype=float_dtypes, shift=st.integers(-40, 40), seed=st.integers(0, 2**16))
 def test_legacy_affine_select(P, Fs, dtype, shift, seed):
     """Causal-style predicate i_p - i_f + shift >= 0 (page('nki.isa.affine_select', 'legacy'))."""
     import neuronxcc.nki.isa as nisa
@@ -641,9 +855,18 @@ def test_legacy_affine_select(P, Fs, dtype, shift, seed):
 
 
 @SETTINGS
-@given(P=partitions, Fs=st.integers(1, 60), dtype=float_dtypes, op0=st.sampled_from(["multiply", "add", "subtract"]),
-       op1=st.sampled_from(["add", "subtract", "maximum"]), rev0=st.booleans(), rev1=st.booleans(),
-       vec_init=st.booleans(), api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=st.integers(1, 60),
+    dtype=float_dtypes,
+    op0=st.sampled_from(["multiply", "add", "subtract"]),
+    op1=st.sampled_from(["add", "subtract", "maximum"]),
+    rev0=st.booleans(),
+    rev1=st.booleans(),
+    vec_init=st.booleans(),
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_tensor_tensor_scan(P, Fs, dtype, op0, op1, rev0, rev1, vec_init, api, seed):
     d0, d1 = _rand(seed, (P, Fs), 0.5, 1.0, dtype), _rand(seed + 1, (P, Fs), -1, 1, dtype)
     init = _rand(seed + 2, (P, 1)) if vec_init else np.float32(0.5)
@@ -651,24 +874,51 @@ def test_tensor_tensor_scan(P, Fs, dtype, op0, op1, rev0, rev1, vec_init, api, s
     if api == "current":
         import nki.isa as nisa
 
-        (got,) = run_current(lambda t, o: nisa.tensor_tensor_scan(dst=o[0], data0=t[0], data1=t[1],
-                                                                  initial=t[2] if vec_init else float(init),
-                                                                  op0=act(op0), op1=act(op1), reverse0=rev0,
-                                                                  reverse1=rev1),
-                             inputs, [((P, Fs), "float32", "sbuf")])
+        (got,) = run_current(
+            lambda t, o: nisa.tensor_tensor_scan(
+                dst=o[0],
+                data0=t[0],
+                data1=t[1],
+                initial=t[2] if vec_init else float(init),
+                op0=act(op0),
+                op1=act(op1),
+                reverse0=rev0,
+                reverse1=rev1,
+            ),
+            inputs,
+            [((P, Fs), "float32", "sbuf")],
+        )
     else:
         import neuronxcc.nki.isa as nisa
 
-        (got,) = run_legacy(lambda t: [nisa.tensor_tensor_scan(t[0], t[1], t[2] if vec_init else float(init),
-                                                               act(op0), act(op1), reverse0=rev0, reverse1=rev1,
-                                                               dtype=np.float32)], inputs)
+        (got,) = run_legacy(
+            lambda t: [
+                nisa.tensor_tensor_scan(
+                    t[0],
+                    t[1],
+                    t[2] if vec_init else float(init),
+                    act(op0),
+                    act(op1),
+                    reverse0=rev0,
+                    reverse1=rev1,
+                    dtype=np.float32,
+                )
+            ],
+            inputs,
+        )
     want = F.tensor_tensor_scan(_f64(d0), _f64(d1), _f64(init).reshape(-1), op0, op1, rev0, rev1)
     F.assert_matches(got, want, "float32", np.maximum(np.abs(want), 1.0) * Fs, f"scan {op0},{op1} rev {rev0},{rev1}")
 
 
 @SETTINGS
-@given(P=partitions, Fs=st.integers(1, 512), tiles=st.integers(1, 3), dtype=float_dtypes,
-       api=st.sampled_from(["current", "legacy"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=st.integers(1, 512),
+    tiles=st.integers(1, 3),
+    dtype=float_dtypes,
+    api=st.sampled_from(["current", "legacy"]),
+    seed=st.integers(0, 2**16),
+)
 def test_bn_stats_and_bn_aggr(P, Fs, tiles, dtype, api, seed):
     """bn_stats of each <= 512-wide tile (even/odd records), bn_aggr of all -> mean, variance."""
     xs = [_rand(seed + i, (P, Fs), -3, 5, dtype) for i in range(tiles)]
@@ -677,7 +927,7 @@ def test_bn_stats_and_bn_aggr(P, Fs, tiles, dtype, api, seed):
 
         def body(t, o):
             for i in range(tiles):
-                nisa.bn_stats(dst=o[0][:, 6 * i:6 * (i + 1)], data=t[i])
+                nisa.bn_stats(dst=o[0][:, 6 * i : 6 * (i + 1)], data=t[i])
             nisa.bn_aggr(dst=o[1], data=o[0])
 
         stats, mv = run_current(body, xs, [((P, 6 * tiles), "float32", "sbuf"), ((P, 2), "float32", "sbuf")])
@@ -688,7 +938,7 @@ def test_bn_stats_and_bn_aggr(P, Fs, tiles, dtype, api, seed):
         def legacy_body(t):
             stats = nl.ndarray((P, 6 * tiles), nl.float32)
             for i in range(tiles):
-                stats[:, 6 * i:6 * (i + 1)] = nisa.bn_stats(t[i])
+                stats[:, 6 * i : 6 * (i + 1)] = nisa.bn_stats(t[i])
             return [stats, nisa.bn_aggr(stats)]
 
         stats, mv = run_legacy(legacy_body, xs)
@@ -739,8 +989,13 @@ LANG_REDUCE = sorted(n for n, v in vars(language).items() if isinstance(v, langu
 
 @pytest.mark.parametrize("name", LANG_ALU)
 @PER_OP
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes,
-       form=st.sampled_from(["tiles", "scalar_right", "scalar_left", "vector"]), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=float_dtypes,
+    form=st.sampled_from(["tiles", "scalar_right", "scalar_left", "vector"]),
+    seed=st.integers(0, 2**16),
+)
 def test_language_binary_ops(P, Fs, dtype, name, form, seed):
     """nl.add(x, y) etc. with NumPy broadcasting of a scalar or a [P, 1] vector (nki.language.<op>)."""
     import neuronxcc.nki.language as nl
@@ -758,15 +1013,18 @@ def test_language_binary_ops(P, Fs, dtype, name, form, seed):
 
     (got,) = run_legacy(body, [x, y] if form in ("tiles", "vector") else [x])
     xf, yf = _f64(x), _f64(y)
-    want = {"tiles": lambda: F.ALU[op](xf, yf), "vector": lambda: F.ALU[op](xf, yf),
-            "scalar_right": lambda: F.ALU[op](xf, s), "scalar_left": lambda: F.ALU[op](s, xf)}[form]()
+    want = {
+        "tiles": lambda: F.ALU[op](xf, yf),
+        "vector": lambda: F.ALU[op](xf, yf),
+        "scalar_right": lambda: F.ALU[op](xf, s),
+        "scalar_left": lambda: F.ALU[op](s, xf),
+    }[form]()
     F.assert_matches(got, want, "float32", 8 * (np.abs(xf) + 4), f"nl.{name} {form}", transcendental=op == "power")
 
 
 @pytest.mark.parametrize("name", LANG_ACT)
 @PER_OP
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2 ** 16),
-       keep=st.integers(1, 128))
+@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2**16), keep=st.integers(1, 128))
 def test_language_unary_ops(P, Fs, dtype, name, seed, keep):
     import neuronxcc.nki.language as nl
 
@@ -775,14 +1033,26 @@ def test_language_unary_ops(P, Fs, dtype, name, seed, keep):
     x = _rand(seed, (P, Fs), lo, hi, dtype)
     keep = min(keep, P)
     (got,) = run_legacy(lambda t: [getattr(nl, name)(t[0], mask=_mask(P, keep))], [x], keep=keep)
-    F.assert_matches(got, F.ACT[op](_f64(x))[:keep], dtype, np.maximum(np.abs(_f64(x)), 1.0)[:keep],
-                     f"nl.{name} masked", transcendental=True)
+    F.assert_matches(
+        got,
+        F.ACT[op](_f64(x))[:keep],
+        dtype,
+        np.maximum(np.abs(_f64(x)), 1.0)[:keep],
+        f"nl.{name} masked",
+        transcendental=True,
+    )
 
 
 @pytest.mark.parametrize("name", LANG_REDUCE)
 @PER_OP
-@given(P=partitions, A=st.integers(1, 6), B=st.integers(1, 90), dtype=float_dtypes,
-       keepdims=st.booleans(), seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    A=st.integers(1, 6),
+    B=st.integers(1, 90),
+    dtype=float_dtypes,
+    keepdims=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_language_reductions(P, A, B, dtype, name, keepdims, seed):
     import neuronxcc.nki.language as nl
 
@@ -790,26 +1060,39 @@ def test_language_reductions(P, A, B, dtype, name, keepdims, seed):
     x = _rand(seed, (P, A, B), 0.9 if op == "multiply" else -2, 1.1 if op == "multiply" else 2, dtype)
     (got,) = run_legacy(lambda t: [getattr(nl, name)(t[0], axis=(1, 2), keepdims=keepdims, dtype=nl.float32)], [x])
     want = F.tensor_reduce(op, _f64(x), (1, 2), keepdims=keepdims)
-    F.assert_matches(got, want, "float32", np.abs(_f64(x)).sum(axis=(1, 2), keepdims=keepdims) if op == "add" else None,
-                     f"nl.{name}", transcendental=True)
+    F.assert_matches(
+        got,
+        want,
+        "float32",
+        np.abs(_f64(x)).sum(axis=(1, 2), keepdims=keepdims) if op == "add" else None,
+        f"nl.{name}",
+        transcendental=True,
+    )
 
 
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2 ** 16))
+@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2**16))
 def test_language_mean_var(P, Fs, dtype, seed):
     """nl.mean (nki.language.mean) and nl.var (nki.language.var: population variance) of the free axis."""
     import neuronxcc.nki.language as nl
 
     x = _rand(seed, (P, Fs), -2, 3, dtype)
-    mean, var = run_legacy(lambda t: [nl.mean(t[0], axis=1, keepdims=True, dtype=nl.float32),
-                                      nl.var(t[0], axis=1, dtype=nl.float32)], [x])
+    mean, var = run_legacy(
+        lambda t: [nl.mean(t[0], axis=1, keepdims=True, dtype=nl.float32), nl.var(t[0], axis=1, dtype=nl.float32)], [x]
+    )
     F.assert_matches(mean[:, 0], _f64(x).mean(axis=1), "float32", 3.0, "nl.mean", transcendental=True)
     F.assert_matches(var[:, 0], _f64(x).var(axis=1), "float32", 9.0, "nl.var", transcendental=True)
 
 
 @SETTINGS
-@given(M=st.integers(1, 128), K=st.integers(1, 128), N=free_sizes, dtype=float_dtypes,
-       transpose_x=st.booleans(), seed=st.integers(0, 2 ** 16))
+@given(
+    M=st.integers(1, 128),
+    K=st.integers(1, 128),
+    N=free_sizes,
+    dtype=float_dtypes,
+    transpose_x=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_language_matmul_and_transpose(M, K, N, dtype, transpose_x, seed):
     """nl.matmul(x, y, transpose_x) = x @ y, x given as [K, M] when transpose_x (nki.language.matmul);
     nl.transpose swaps the two axes (nki.language.transpose)."""
@@ -817,8 +1100,9 @@ def test_language_matmul_and_transpose(M, K, N, dtype, transpose_x, seed):
 
     x = _rand(seed, (K, M) if transpose_x else (M, K), dtype=dtype)
     y = _rand(seed + 1, (K, N), dtype=dtype)
-    mm, tr = run_legacy(lambda t: [nl.copy(nl.matmul(t[0], t[1], transpose_x=transpose_x)), nl.copy(nl.transpose(t[0]))],
-                        [x, y])
+    mm, tr = run_legacy(
+        lambda t: [nl.copy(nl.matmul(t[0], t[1], transpose_x=transpose_x)), nl.copy(nl.transpose(t[0]))], [x, y]
+    )
     xm = _f64(x).T if transpose_x else _f64(x)
     F.assert_matches(mm, xm @ _f64(y), "float32", np.abs(xm) @ np.abs(_f64(y)), "nl.matmul")
     F.assert_matches(tr, _f64(x).T, "float32", what="nl.transpose")
@@ -826,7 +1110,7 @@ def test_language_matmul_and_transpose(M, K, N, dtype, transpose_x, seed):
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the emulator's y + c * (x - y) trace
 @SETTINGS
-@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2 ** 16))
+@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2**16))
 def test_language_where_and_broadcast(P, Fs, dtype, seed):
     """nl.where(c, x, y) (nki.language.where) and tile.broadcast_to / nl.broadcast_to of [1, F] and [P, 1]
     (nki.language.broadcast_to)."""
@@ -836,16 +1120,27 @@ def test_language_where_and_broadcast(P, Fs, dtype, seed):
     y[:, ::3] = -np.inf  # a causal mask's fill: a select must not compute inf - inf
     c = (_rand(seed + 2, (P, Fs)) > 0).astype(np.float32)
     row, col = _rand(seed + 3, (1, Fs), dtype=dtype), _rand(seed + 4, (P, 1), dtype=dtype)
-    w, br, bc = run_legacy(lambda t: [nl.where(t[2], t[0], t[1]), nl.copy(nl.broadcast_to(t[3], (P, Fs))),
-                                      nl.copy(t[4].broadcast_to((P, Fs)))], [x, y, c, row, col])
+    w, br, bc = run_legacy(
+        lambda t: [
+            nl.where(t[2], t[0], t[1]),
+            nl.copy(nl.broadcast_to(t[3], (P, Fs))),
+            nl.copy(t[4].broadcast_to((P, Fs))),
+        ],
+        [x, y, c, row, col],
+    )
     F.assert_matches(w, np.where(c != 0, _f64(x), _f64(y)), dtype, what="nl.where")
     F.assert_matches(br, np.broadcast_to(_f64(row), (P, Fs)), dtype, what="broadcast_to rows")
     F.assert_matches(bc, np.broadcast_to(_f64(col), (P, Fs)), dtype, what="broadcast_to cols")
 
 
 @SETTINGS
-@given(P=partitions, Fs=st.integers(1, 100), n=st.integers(1, 4), op=st.sampled_from(["add", "maximum", "multiply"]),
-       seed=st.integers(0, 2 ** 16))
+@given(
+    P=partitions,
+    Fs=st.integers(1, 100),
+    n=st.integers(1, 4),
+    op=st.sampled_from(["add", "maximum", "multiply"]),
+    seed=st.integers(0, 2**16),
+)
 def test_language_loop_reduce(P, Fs, n, op, seed):
     """nl.loop_reduce(x, op, loop_indices) folds x over the loop's iterations (nki.language.loop_reduce)."""
     import neuronxcc.nki.language as nl
@@ -876,9 +1171,15 @@ def test_language_constructors(P, Fs, dtype, value, seed):
 
     def k(a):
         outs = []
-        for t in (nl.zeros((P, Fs), FLOATS[dtype]), nl.ones((P, Fs), FLOATS[dtype]),
-                  nl.full((P, Fs), float(value), FLOATS[dtype]), nl.zeros_like(nl.load(a)), nl.ones_like(nl.load(a)),
-                  nl.load(nl.shared_constant(const)), nl.load(nl.shared_identity_matrix(P))):
+        for t in (
+            nl.zeros((P, Fs), FLOATS[dtype]),
+            nl.ones((P, Fs), FLOATS[dtype]),
+            nl.full((P, Fs), float(value), FLOATS[dtype]),
+            nl.zeros_like(nl.load(a)),
+            nl.ones_like(nl.load(a)),
+            nl.load(nl.shared_constant(const)),
+            nl.load(nl.shared_identity_matrix(P)),
+        ):
             o = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
             nl.store(o, value=t)
             outs.append(o)
@@ -954,30 +1255,64 @@ def test_language_static_cast(n, seed):
 
 # nki.language names that are not calls on data: index builders, buffer/dtype markers, and the
 # operator class; each is exercised inside the kernels above.
-LANG_NOT_CALLS = {"arange", "ds", "mgrid", "par_dim", "Op", "Buffer", "DynSlice", "IndexExpr", "Predicate", "View",
-                  "as_dtype", "SimpleNamespace", "active", "maybe_active"}
+LANG_NOT_CALLS = {
+    "arange",
+    "ds",
+    "mgrid",
+    "par_dim",
+    "Op",
+    "Buffer",
+    "DynSlice",
+    "IndexExpr",
+    "Predicate",
+    "View",
+    "as_dtype",
+    "SimpleNamespace",
+    "active",
+    "maybe_active",
+}
 # nki.language calls each covered by a test above (beyond the Op families).
 LANG_COVERED = {
-    "load": test_dma_copy_load_store_and_casts, "store": test_dma_copy_load_store_and_casts,
-    "load_transpose2d": test_dma_transpose, "mean": test_language_mean_var, "var": test_language_mean_var,
-    "matmul": test_language_matmul_and_transpose, "transpose": test_language_matmul_and_transpose,
-    "where": test_language_where_and_broadcast, "broadcast_to": test_language_where_and_broadcast,
-    "loop_reduce": test_language_loop_reduce, "ndarray": test_language_constructors, "zeros": test_language_constructors,
-    "ones": test_language_constructors, "full": test_language_constructors, "zeros_like": test_language_constructors,
-    "ones_like": test_language_constructors, "empty_like": test_language_constructors,
-    "shared_constant": test_language_constructors, "shared_identity_matrix": test_language_constructors,
-    "affine_range": test_language_loops_and_programs, "sequential_range": test_language_loops_and_programs,
-    "static_range": test_language_loops_and_programs, "dynamic_range": test_language_loops_and_programs,
-    "program_id": test_language_loops_and_programs, "num_programs": test_language_loops_and_programs,
-    "device_print": test_language_loops_and_programs, "program_ndim": test_language_loops_and_programs,
-    "nc": test_language_loops_and_programs, "spmd_dim": test_language_loops_and_programs,
+    "load": test_dma_copy_load_store_and_casts,
+    "store": test_dma_copy_load_store_and_casts,
+    "load_transpose2d": test_dma_transpose,
+    "mean": test_language_mean_var,
+    "var": test_language_mean_var,
+    "matmul": test_language_matmul_and_transpose,
+    "transpose": test_language_matmul_and_transpose,
+    "where": test_language_where_and_broadcast,
+    "broadcast_to": test_language_where_and_broadcast,
+    "loop_reduce": test_language_loop_reduce,
+    "ndarray": test_language_constructors,
+    "zeros": test_language_constructors,
+    "ones": test_language_constructors,
+    "full": test_language_constructors,
+    "zeros_like": test_language_constructors,
+    "ones_like": test_language_constructors,
+    "empty_like": test_language_constructors,
+    "shared_constant": test_language_constructors,
+    "shared_identity_matrix": test_language_constructors,
+    "affine_range": test_language_loops_and_programs,
+    "sequential_range": test_language_loops_and_programs,
+    "static_range": test_language_loops_and_programs,
+    "dynamic_range": test_language_loops_and_programs,
+    "program_id": test_language_loops_and_programs,
+    "num_programs": test_language_loops_and_programs,
+    "device_print": test_language_loops_and_programs,
+    "program_ndim": test_language_loops_and_programs,
+    "nc": test_language_loops_and_programs,
+    "spmd_dim": test_language_loops_and_programs,
     "static_cast": test_language_static_cast,
 }
 # Instructions whose test is named differently from test_{api}_{name} / test_{name}.
-ISA_COVERED = {"dma_copy": test_dma_copy_load_store_and_casts, "bn_stats": test_bn_stats_and_bn_aggr,
-               "bn_aggr": test_bn_stats_and_bn_aggr, "activation_reduce": test_activation,
-               "nc_matmul_mx": test_current_mx_calls_and_dtypes_are_refused_by_name,
-               "quantize_mx": test_current_mx_calls_and_dtypes_are_refused_by_name}
+ISA_COVERED = {
+    "dma_copy": test_dma_copy_load_store_and_casts,
+    "bn_stats": test_bn_stats_and_bn_aggr,
+    "bn_aggr": test_bn_stats_and_bn_aggr,
+    "activation_reduce": test_activation,
+    "nc_matmul_mx": test_current_mx_calls_and_dtypes_are_refused_by_name,
+    "quantize_mx": test_current_mx_calls_and_dtypes_are_refused_by_name,
+}
 LEGACY_NOT_INSTRUCTIONS = {"assign", "accumulate"}  # `t[...] = v` / `t += v`, exercised by the legacy kernels
 
 
@@ -986,13 +1321,23 @@ def implemented_calls() -> dict[str, set[str]]:
     isa_modules = {current_isa.__name__, legacy_isa.__name__, "axon.nki.instructions"}
 
     def funcs(mod: types.ModuleType) -> set[str]:
-        return {n for n, v in vars(mod).items()
-                if not n.startswith("_") and inspect.isfunction(v) and v.__module__ in isa_modules}
+        return {
+            n
+            for n, v in vars(mod).items()
+            if not n.startswith("_") and inspect.isfunction(v) and v.__module__ in isa_modules
+        }
 
-    lang = {n for n, v in vars(language).items() if not n.startswith("_") and
-            (isinstance(v, language.Op) or (inspect.isfunction(v) and v.__module__ == language.__name__))}
-    return {"current": funcs(current_isa), "legacy": funcs(legacy_isa) - LEGACY_NOT_INSTRUCTIONS,
-            "language": lang - LANG_NOT_CALLS}
+    lang = {
+        n
+        for n, v in vars(language).items()
+        if not n.startswith("_")
+        and (isinstance(v, language.Op) or (inspect.isfunction(v) and v.__module__ == language.__name__))
+    }
+    return {
+        "current": funcs(current_isa),
+        "legacy": funcs(legacy_isa) - LEGACY_NOT_INSTRUCTIONS,
+        "language": lang - LANG_NOT_CALLS,
+    }
 
 
 def _test_for(api: str, name: str):
@@ -1000,8 +1345,11 @@ def _test_for(api: str, name: str):
     if api == "language":
         op = getattr(language, name)
         if isinstance(op, language.Op):
-            family = {"alu": (test_language_binary_ops, F.ALU), "act": (test_language_unary_ops, F.ACT),
-                      "reduce": (test_language_reductions, F.REDUCE)}[op.kind]
+            family = {
+                "alu": (test_language_binary_ops, F.ALU),
+                "act": (test_language_unary_ops, F.ACT),
+                "reduce": (test_language_reductions, F.REDUCE),
+            }[op.kind]
             return family[0] if op.isa_name in family[1] else None  # a formula must exist for the op
         return LANG_COVERED.get(name)
     return ISA_COVERED.get(name) or g.get(f"test_{api}_{name}") or g.get(f"test_{name}")
@@ -1035,8 +1383,11 @@ def test_current_nc_matmul_transpose_mode_is_still_a_matmul():
     import nki.isa as nisa
 
     s, m = _rand(6, (32, 16)), _rand(7, (32, 24))
-    (got,) = run_current(lambda t, o: nisa.nc_matmul(dst=o[0], stationary=t[0], moving=t[1], is_transpose=True),
-                         [s, m], [((16, 24), "float32", "psum")])
+    (got,) = run_current(
+        lambda t, o: nisa.nc_matmul(dst=o[0], stationary=t[0], moving=t[1], is_transpose=True),
+        [s, m],
+        [((16, 24), "float32", "psum")],
+    )
     F.assert_matches(got, F.matmul(s, m), "float32", np.abs(_f64(s)).T @ np.abs(_f64(m)), "is_transpose matmul")
 
 
@@ -1083,8 +1434,13 @@ def test_legacy_activation_forwards_reduce_cmd():
         return [res]
 
     (res,) = run_legacy(body, [x, y])
-    F.assert_matches(res[:, 0], np.exp(_f64(x)).sum(1) + np.exp(_f64(y)).sum(1), "float32", what="legacy reduce_cmd",
-                     transcendental=True)
+    F.assert_matches(
+        res[:, 0],
+        np.exp(_f64(x)).sum(1) + np.exp(_f64(y)).sum(1),
+        "float32",
+        what="legacy reduce_cmd",
+        transcendental=True,
+    )
 
 
 def test_current_affine_select_positional_form():
@@ -1094,8 +1450,11 @@ def test_current_affine_select_positional_form():
     import nki.language as nl
 
     x = _rand(11, (16, 16))
-    (got,) = run_current(lambda t, o: nisa.affine_select(o[0], [[-1, 16]], 1, t[0], -9.0, nl.greater_equal),
-                         [x], [((16, 16), "float32", "sbuf")])
+    (got,) = run_current(
+        lambda t, o: nisa.affine_select(o[0], [[-1, 16]], 1, t[0], -9.0, nl.greater_equal),
+        [x],
+        [((16, 16), "float32", "sbuf")],
+    )
     F.assert_matches(got, np.where(np.tril(np.ones((16, 16))) != 0, _f64(x), -9.0), "float32", what="causal")
 
 
@@ -1107,8 +1466,11 @@ def test_current_nc_transpose_flattens_free_axes(P, A, B, seed):
     import nki.isa as nisa
 
     x = _rand(seed, (P, A, B))
-    (got,) = run_current(lambda t, o: nisa.nc_transpose(dst=o[0], data=t[0], engine=nisa.vector_engine), [x],
-                         [((A * B, P), "float32", "sbuf")])
+    (got,) = run_current(
+        lambda t, o: nisa.nc_transpose(dst=o[0], data=t[0], engine=nisa.vector_engine),
+        [x],
+        [((A * B, P), "float32", "sbuf")],
+    )
     F.assert_matches(got, F.transpose(_f64(x)), "float32", what="flattened transpose")
 
 
@@ -1130,5 +1492,6 @@ def test_current_nc_matmul_group_ends_when_psum_is_evicted():
     p, first = run_current(body, [a, b, c, d], [((48, 48), "float32", "psum"), ((48, 48), "float32", "sbuf")])
     F.assert_matches(first, F.matmul(a, b), "float32", np.abs(_f64(a)).T @ np.abs(_f64(b)), "tile 1")
     want = F.matmul(c, d) + F.matmul(a, d)
-    F.assert_matches(p, want, "float32", np.abs(_f64(c)).T @ np.abs(_f64(d)) + np.abs(_f64(a)).T @ np.abs(_f64(d)),
-                     "tile 2")
+    F.assert_matches(
+        p, want, "float32", np.abs(_f64(c)).T @ np.abs(_f64(d)) + np.abs(_f64(a)).T @ np.abs(_f64(d)), "tile 2"
+    )

@@ -43,8 +43,21 @@ def test_alu_semantics_evaluate_symbolically_in_z3():
 
 
 def test_rows_name_engines_and_operand_buffers():
-    for name in ("nc_matmul", "activation", "tensor_tensor", "tensor_scalar", "tensor_reduce", "tensor_copy",
-                 "dma_copy", "bn_stats", "bn_aggr", "iota", "affine_select", "tensor_tensor_scan", "memset"):
+    for name in (
+        "nc_matmul",
+        "activation",
+        "tensor_tensor",
+        "tensor_scalar",
+        "tensor_reduce",
+        "tensor_copy",
+        "dma_copy",
+        "bn_stats",
+        "bn_aggr",
+        "iota",
+        "affine_select",
+        "tensor_tensor_scan",
+        "memset",
+    ):
         assert isinstance(ISA[name], Instruction) and ISA[name].engines
     assert ISA["nc_matmul"].operand("dst").buffers == frozenset({"psum"})
     assert ISA["nc_matmul"].operand("moving").max_free == "tensor_engine.moving_fmax"

@@ -39,7 +39,7 @@ def test_rmsnorm(api, dtype, R, C):
     x, w = _inputs(np.random.default_rng(1), dtype, (R, C), (C,))
     out = axon.nki.run(kernel(api, "rmsnorm"), x, w)
     x64, w64 = _f64(x, w)
-    ref = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * w64
+    ref = x64 / np.sqrt((x64**2).mean(axis=1, keepdims=True) + 1e-6) * w64
     assert rel_err(out, ref) <= TOL[dtype]
 
 
@@ -92,8 +92,8 @@ def test_bf16_rounds_on_write_but_matmul_accumulates_in_fp32():
     # 1024 products of 1 + 2^-8: each partial sum is exact in fp32, but not in bf16.
     K = 1024
     a_t = np.full((K, 128), 1.0, dtype=ml_dtypes.bfloat16)
-    b = np.full((K, 512), 1 + 2 ** -7, dtype=ml_dtypes.bfloat16)
+    b = np.full((K, 512), 1 + 2**-7, dtype=ml_dtypes.bfloat16)
     out = axon.nki.run(kernel("current_api", "matmul_tiled"), a_t, b)
-    exact = K * (1 + 2 ** -7)
+    exact = K * (1 + 2**-7)
     assert out.dtype == ml_dtypes.bfloat16
     assert float(out[0, 0]) == float(np.float32(exact).astype(ml_dtypes.bfloat16))

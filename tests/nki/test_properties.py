@@ -11,7 +11,12 @@ from tests.nki.helpers import kernel
 
 
 @settings(max_examples=12, deadline=None)
-@given(K=st.integers(1, 300), M=st.integers(1, 260), N=st.integers(1, 700), api=st.sampled_from(["current_api", "legacy_api"]))
+@given(
+    K=st.integers(1, 300),
+    M=st.integers(1, 260),
+    N=st.integers(1, 700),
+    api=st.sampled_from(["current_api", "legacy_api"]),
+)
 def test_tiled_matmul_any_shape(K, M, N, api):
     rng = np.random.default_rng(K * 1000 + M)
     a_t = rng.standard_normal((K, M)).astype(np.float32)
@@ -21,15 +26,19 @@ def test_tiled_matmul_any_shape(K, M, N, api):
 
 
 @settings(max_examples=25, deadline=None)
-@given(op0=st.sampled_from(["add", "subtract", "multiply", "maximum", "minimum", "divide"]),
-       op1=st.sampled_from(["add", "subtract", "multiply", "maximum", "minimum"]),
-       c0=st.floats(0.5, 3.0), c1=st.floats(-2.0, 2.0), reverse0=st.booleans())
+@given(
+    op0=st.sampled_from(["add", "subtract", "multiply", "maximum", "minimum", "divide"]),
+    op1=st.sampled_from(["add", "subtract", "multiply", "maximum", "minimum"]),
+    c0=st.floats(0.5, 3.0),
+    c1=st.floats(-2.0, 2.0),
+    reverse0=st.booleans(),
+)
 def test_tensor_scalar_matches_its_definition(op0, op1, c0, c1, reverse0):
     import nki.isa as nisa
     import nki.language as nl
 
-    from axon.target import ALU
     from axon.ir.ops import NumpyMath
+    from axon.target import ALU
 
     def k(a, v):
         out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)

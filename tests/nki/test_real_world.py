@@ -146,9 +146,9 @@ def test_current_api_block_tensor_by_liveness():
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         buf = nl.ndarray((n, nl.par_dim(128), a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
         for i in nl.affine_range(n):
-            nisa.dma_copy(dst=buf[i], src=a[i * 128:(i + 1) * 128, :])
+            nisa.dma_copy(dst=buf[i], src=a[i * 128 : (i + 1) * 128, :])
             nisa.tensor_scalar(dst=buf[i], data=buf[i], op0=nl.multiply, operand0=3.0)
-            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=buf[i])
+            nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=buf[i])
         return out
 
     a = np.random.default_rng(6).standard_normal((64 * 128, 4096)).astype(np.float32)
@@ -206,18 +206,19 @@ def test_sim_backend_extrapolates_a_compiler_style_kernel():
 def test_loop_reduce_reduces_the_named_loop_not_the_innermost():
     # Compiler style (lora): the reduced loop i1 is outside a loop i2 that is not reduced.
     def k(a):
-        import numpy as np
         import neuronxcc.nki.language as nl
+        import numpy as np
 
         out = nl.ndarray((128, 2 * 64), np.float32, buffer=nl.shared_hbm)
         acc = nl.ndarray((2, nl.par_dim(128), 64), dtype=np.float32, buffer=nl.sbuf)
         for i1 in nl.sequential_range(3):
             for i2 in nl.affine_range(2):
-                t = nl.load(a[i1, :, i2 * 64:(i2 + 1) * 64])
+                t = nl.load(a[i1, :, i2 * 64 : (i2 + 1) * 64])
                 acc[i2, nl.arange(128)[:, None], nl.arange(64)[None, :]] = nl.loop_reduce(
-                    t, op=np.add, loop_indices=[i1], mask=None, dtype=np.float32)
+                    t, op=np.add, loop_indices=[i1], mask=None, dtype=np.float32
+                )
         for i2 in nl.affine_range(2):
-            nl.store(out[:, i2 * 64:(i2 + 1) * 64], value=acc[i2])
+            nl.store(out[:, i2 * 64 : (i2 + 1) * 64], value=acc[i2])
         return out
 
     a = np.random.default_rng(7).standard_normal((3, 128, 128)).astype(np.float32)
@@ -235,7 +236,9 @@ def test_direct_psum_allocations_may_overlay_and_must_lie_in_the_banks():
         t = nl.load(a)
         ident = nl.load(nl.shared_identity_matrix(128, dtype=a.dtype))
         # two tensors of 7 banks each placed on the same banks, used one after the other
-        p1 = nl.ndarray((7, nl.par_dim(128), 512), dtype=nl.float32, buffer=psum_mod(base_bank=base_bank, num_bank_tiles=(7,)))
+        p1 = nl.ndarray(
+            (7, nl.par_dim(128), 512), dtype=nl.float32, buffer=psum_mod(base_bank=base_bank, num_bank_tiles=(7,))
+        )
         p2 = nl.ndarray((7, nl.par_dim(128), 512), dtype=nl.float32, buffer=psum_mod(base_bank=0, num_bank_tiles=(7,)))
         p1[0, :, 0:128] = nisa.nc_matmul(t, ident)
         s = nl.copy(p1[0, :, 0:128])

@@ -5,7 +5,7 @@ import tracemalloc
 import numpy as np
 
 import axon.nki
-from axon.nki.trace import Trace
+from axon.target.trace import Trace
 from tests.nki.helpers import KERNELS, kernel
 
 
@@ -93,8 +93,9 @@ def test_to_json_round_trips_as_text():
 
 
 def test_legacy_attention_trace_loops_engines_and_hbm_strides():
-    tr = axon.nki.trace(kernel("legacy_api", "attention"), ((200, 64), "bfloat16"), ((256, 64), "bfloat16"),
-                        ((256, 64), "bfloat16"))
+    tr = axon.nki.trace(
+        kernel("legacy_api", "attention"), ((200, 64), "bfloat16"), ((256, 64), "bfloat16"), ((256, 64), "bfloat16")
+    )
     assert [lp.kind for lp in tr.loops] == ["affine", "sequential"] and tr.loops[1].parent == 0
     engines = {i.engine for i in tr.instructions}
     assert engines == {"dma", "tensor", "vector", "scalar"}

@@ -19,8 +19,11 @@ from axon.workloads import get
 
 def _problem(name: str, moves: str, dtype: str = "float32") -> tuple[LoweredProblem, dict]:
     g = get(name).graph("small", dtype=dtype)
-    variant = next(v for v in discover_variants(g, max_depth=1, exclude=frozenset({"split-tiles"}))
-                   if " + ".join(m.name for m in v.moves) == moves)
+    variant = next(
+        v
+        for v in discover_variants(g, max_depth=1, exclude=frozenset({"split-tiles"}))
+        if " + ".join(m.name for m in v.moves) == moves
+    )
     problem = LoweredProblem(name, g, load_hw("trn1"), [variant], dtype)
     return problem, problem.default_point(0)
 

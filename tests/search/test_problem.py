@@ -27,7 +27,8 @@ def test_neighbours_are_every_one_knob_move_and_every_other_variant():
     expected = sum(len(k.choices) - 1 for k in problem.spaces[index].knobs)
     assert len(same_variant) == expected
     assert sorted({p["variant"] for p in neighbours if p["variant"] != index}) == [
-        i for i in range(len(problem.variants)) if i != index]
+        i for i in range(len(problem.variants)) if i != index
+    ]
 
 
 def test_roofline_relative_features_do_not_depend_on_the_shape_alone():

@@ -36,16 +36,31 @@ class ToySpace:
 
 
 def latency(p):
-    return 1000.0 / p["tile"] ** 0.5 * (1 + 0.2 * abs(p["depth"] - 2)) * (1.1 if p["order"] == "nm" else 1) * (1 + 0.05 * abs(np.log2(p["unroll"]) - 2))
+    return (
+        1000.0
+        / p["tile"] ** 0.5
+        * (1 + 0.2 * abs(p["depth"] - 2))
+        * (1.1 if p["order"] == "nm" else 1)
+        * (1 + 0.05 * abs(np.log2(p["unroll"]) - 2))
+    )
 
 
 def features(p):
-    return {"log_tile": float(np.log2(p["tile"])), "depth": float(p["depth"]), "nm": float(p["order"] == "nm"), "log_unroll": float(np.log2(p["unroll"]))}
+    return {
+        "log_tile": float(np.log2(p["tile"])),
+        "depth": float(p["depth"]),
+        "nm": float(p["order"] == "nm"),
+        "log_unroll": float(np.log2(p["unroll"])),
+    }
 
 
 def _tune(sampler_name: str, trials: int, seed: int) -> list[float]:
     space, model = ToySpace(), CostModel(rounds=30)
-    sampler = CostModelSampler(space, model, features, seed=seed) if sampler_name == "costmodel" else optuna.samplers.RandomSampler(seed=seed)
+    sampler = (
+        CostModelSampler(space, model, features, seed=seed)
+        if sampler_name == "costmodel"
+        else optuna.samplers.RandomSampler(seed=seed)
+    )
     study = optuna.create_study(sampler=sampler, direction="minimize")
     records, best = [], []
     for _ in range(trials):
@@ -63,11 +78,17 @@ def _tune(sampler_name: str, trials: int, seed: int) -> list[float]:
 
 
 def test_costmodel_sampler_never_repeats_and_finds_the_optimum_faster_than_random():
-    optimum = min(latency(p) for p in (
-        {"tile": t, "depth": d, "order": o, "unroll": u}
-        for t in CHOICES["tile"] for d in CHOICES["depth"] for o in CHOICES["order"] for u in CHOICES["unroll"]
-        if not (t == 512 and d == 4)
-    ))
+    optimum = min(
+        latency(p)
+        for p in (
+            {"tile": t, "depth": d, "order": o, "unroll": u}
+            for t in CHOICES["tile"]
+            for d in CHOICES["depth"]
+            for o in CHOICES["order"]
+            for u in CHOICES["unroll"]
+            if not (t == 512 and d == 4)
+        )
+    )
     hits_cm, hits_rand = [], []
     for seed in range(3):
         cm = _tune("costmodel", 24, seed)
@@ -89,7 +110,22 @@ def test_costmodel_sampler_proposes_distinct_valid_points():
         assert key not in seen and space.validate(dict(t.params)) is None
         seen.add(key)
         lat = latency(dict(t.params))
-        records.append(Record("toy", {}, "float32", "trn1", "h", "sim", "v", dict(t.params), hashlib.sha256(key.encode()).hexdigest(), features(dict(t.params)), lat, "ok"))
+        records.append(
+            Record(
+                "toy",
+                {},
+                "float32",
+                "trn1",
+                "h",
+                "sim",
+                "v",
+                dict(t.params),
+                hashlib.sha256(key.encode()).hexdigest(),
+                features(dict(t.params)),
+                lat,
+                "ok",
+            )
+        )
         model.fit(records, holdout=0.0)
         study.tell(t, lat)
 
@@ -100,7 +136,9 @@ def test_pretrained_model_skips_the_random_start():
     records = []
     for i, p in enumerate(space.sample(np.random.default_rng(s)) for s in range(40)):
         if space.validate(p) is None:
-            records.append(Record("toy", {}, "float32", "trn1", "h", "sim", "v", p, f"{i:08x}", features(p), latency(p), "ok"))
+            records.append(
+                Record("toy", {}, "float32", "trn1", "h", "sim", "v", p, f"{i:08x}", features(p), latency(p), "ok")
+            )
     model = CostModel(rounds=30)
     model.fit(records, holdout=0.0)
     model.freeze()

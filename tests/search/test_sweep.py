@@ -15,11 +15,22 @@ pytestmark = pytest.mark.slow
 
 def _config(tmp_path, name="t", hw="trn1", trials=4):
     path = tmp_path / f"{name}-{trials}.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": name, "hw": [str(hw)], "trials": trials, "seed": 0, "sampler": "costmodel",
-        "registered_model": "axon-costmodel-{hw}",
-        "entries": [{"workload": "softmax", "preset": "small"}, {"workload": "rmsnorm_matmul", "preset": "small"}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "hw": [str(hw)],
+                "trials": trials,
+                "seed": 0,
+                "sampler": "costmodel",
+                "registered_model": "axon-costmodel-{hw}",
+                "entries": [
+                    {"workload": "softmax", "preset": "small"},
+                    {"workload": "rmsnorm_matmul", "preset": "small"},
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -54,8 +65,15 @@ def test_a_slower_configuration_is_flagged_as_regression(tmp_path):
     slow["memory"]["hbm_bandwidth_gbps"] /= 2
     slow_path = tmp_path / "trn1_slow.yaml"
     slow_path.write_text(yaml.safe_dump(slow))
-    result = run_axon("sweep", str(_config(tmp_path, hw=slow_path, trials=3)), "--workdir", str(work), "--json",
-                      "--fail-on-regression", timeout=900)
+    result = run_axon(
+        "sweep",
+        str(_config(tmp_path, hw=slow_path, trials=3)),
+        "--workdir",
+        str(work),
+        "--json",
+        "--fail-on-regression",
+        timeout=900,
+    )
     assert result.returncode == 3, result.stderr[-2000:]
     import json
 

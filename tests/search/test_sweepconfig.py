@@ -16,15 +16,18 @@ def test_shipped_configs_parse():
     assert len(demo.tasks()) == 2 and demo.digest != nightly.digest
 
 
-@pytest.mark.parametrize("text,message", [
-    ("name: x\n", "missing field entries"),
-    ("entries: []\n", "field entries is empty"),
-    ("entries: [{preset: small}]\n", r"entries\[0\] needs a workload"),
-    ("entries: [{workload: matmul, shape: {M: -1}}]\n", r"entries\[0\]\.shape"),
-    ("entries: [{workload: matmul}]\nsampler: annealing\n", "field sampler must be one of"),
-    ("entries: [{workload: matmul}]\ntrials: 0\n", "field trials must be positive"),
-    ("entries: [{workload: matmul}]\ncolour: blue\n", "unknown field colour"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("name: x\n", "missing field entries"),
+        ("entries: []\n", "field entries is empty"),
+        ("entries: [{preset: small}]\n", r"entries\[0\] needs a workload"),
+        ("entries: [{workload: matmul, shape: {M: -1}}]\n", r"entries\[0\]\.shape"),
+        ("entries: [{workload: matmul}]\nsampler: annealing\n", "field sampler must be one of"),
+        ("entries: [{workload: matmul}]\ntrials: 0\n", "field trials must be positive"),
+        ("entries: [{workload: matmul}]\ncolour: blue\n", "unknown field colour"),
+    ],
+)
 def test_bad_configs_name_the_field(tmp_path, text, message):
     path = tmp_path / "sweep.yaml"
     path.write_text(text)
@@ -33,6 +36,8 @@ def test_bad_configs_name_the_field(tmp_path, text, message):
 
 
 def test_compare_flags_slowdowns_over_threshold_and_new_failures():
-    changes, regressions = compare({"a": 106.0, "b": 104.0, "c": None, "d": 50.0}, {"a": 100.0, "b": 100.0, "c": 10.0}, 0.05)
+    changes, regressions = compare(
+        {"a": 106.0, "b": 104.0, "c": None, "d": 50.0}, {"a": 100.0, "b": 100.0, "c": 10.0}, 0.05
+    )
     assert {c.key for c in regressions} == {"a", "c"}
     assert next(c for c in changes if c.key == "d").ratio is None

@@ -39,15 +39,34 @@ def test_tune_reports_a_checked_kernel_and_tracks_it(tmp_path):
 
 
 def _tune_cmd(workdir, trials, *extra):
-    return [sys.executable, "-m", "axon.cli", "tune", "softmax", "--preset", "small", "--trials", str(trials),
-            "--workdir", str(workdir), "--quiet", "--no-track", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "axon.cli",
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        str(trials),
+        "--workdir",
+        str(workdir),
+        "--quiet",
+        "--no-track",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
 def test_resumed_run_loses_no_measurement_and_repeats_none(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(_tune_cmd(tmp_path, 14, "--sampler", "random"), cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _tune_cmd(tmp_path, 14, "--sampler", "random"),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 240
     db_path = tmp_path / "records.db"
     while time.time() < deadline:
@@ -58,8 +77,14 @@ def test_resumed_run_loses_no_measurement_and_repeats_none(tmp_path):
     proc.wait()
     before = [r.id for r in RecordDB(db_path).records()]
     assert len(before) >= 4
-    result = subprocess.run(_tune_cmd(tmp_path, 14, "--sampler", "random", "--json"), cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        _tune_cmd(tmp_path, 14, "--sampler", "random", "--json"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     db = RecordDB(db_path)
     after = [r.id for r in db.records()]
@@ -72,14 +97,19 @@ def test_resumed_run_loses_no_measurement_and_repeats_none(tmp_path):
 def test_two_workers_share_one_study_without_duplicate_measurements(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = _tune_cmd(tmp_path, 12, "--study", "shared", "--sampler", "random", "--json")
-    workers = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    workers = [
+        subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [w.communicate(timeout=600) for w in workers]
     assert all(w.returncode == 0 for w in workers), [o[1][-500:] for o in outs]
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    study = optuna.load_study(study_name="shared", storage=JournalStorage(JournalFileBackend(str(tmp_path / "optuna.log"))))
+    study = optuna.load_study(
+        study_name="shared", storage=JournalStorage(JournalFileBackend(str(tmp_path / "optuna.log")))
+    )
     finished = [t for t in study.trials if t.state.is_finished()]
     assert len(finished) >= 12
     counts = collections.Counter(_measured(RecordDB(tmp_path / "records.db")))
@@ -88,14 +118,18 @@ def test_two_workers_share_one_study_without_duplicate_measurements(tmp_path):
 
 def test_corrupt_record_database_is_one_clear_line(tmp_path):
     (tmp_path / "records.db").write_bytes(b"garbage" * 500)
-    result = run_axon("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(tmp_path), "--quiet", "--no-track")
+    result = run_axon(
+        "tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(tmp_path), "--quiet", "--no-track"
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "records.db is corrupt" in result.stderr
 
 
 def test_neuron_backend_exits_2_here(tmp_path):
-    result = run_axon("tune", "softmax", "--preset", "small", "--backend", "neuron", "--workdir", str(tmp_path), "--quiet")
+    result = run_axon(
+        "tune", "softmax", "--preset", "small", "--backend", "neuron", "--workdir", str(tmp_path), "--quiet"
+    )
     assert result.returncode == 2 and "backend 'neuron' cannot run here" in result.stderr
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from axon.nki.trace import Access
 from axon.sim import simulate
 from axon.sim.memory import buffer_slots
 from axon.sim.synthetic import TraceBuilder
 from axon.target import load_hw
+from axon.target.trace import Access
 
 HW = load_hw("trn1")
 ENGINES = ["vector", "scalar", "gpsimd", "tensor", "dma"]
@@ -44,13 +44,22 @@ def traces(draw):
 
 
 def _overlap(a: Access, c: Access) -> bool:
-    return a.alloc == c.alloc and a.partition_lo < c.partition_hi and c.partition_lo < a.partition_hi \
-        and a.byte_lo < c.byte_hi and c.byte_lo < a.byte_hi
+    return (
+        a.alloc == c.alloc
+        and a.partition_lo < c.partition_hi
+        and c.partition_lo < a.partition_hi
+        and a.byte_lo < c.byte_hi
+        and c.byte_lo < a.byte_hi
+    )
 
 
 def _conflict(x, y) -> bool:
     for w in x.writes:
-        if any(_overlap(w, a) for a in y.reads + y.writes if not (a.buffer == "hbm" and w.buffer == "hbm" and a in y.writes)):
+        if any(
+            _overlap(w, a)
+            for a in y.reads + y.writes
+            if not (a.buffer == "hbm" and w.buffer == "hbm" and a in y.writes)
+        ):
             return True
     return any(_overlap(r, w) for r in x.reads for w in y.writes)
 
@@ -71,8 +80,13 @@ def test_loop_tiles_rotate_over_the_buffer_count():
     inside = [b.sbuf("t", 128, 64, site="k.py:3", loop_depth=1) for _ in range(5)]
     outside = b.sbuf("w", 128, 64)
     slots = buffer_slots(b.allocs, 3)
-    assert [slots[a.id] for a in inside] == [slots[inside[0].id], slots[inside[1].id], slots[inside[2].id],
-                                            slots[inside[0].id], slots[inside[1].id]]
+    assert [slots[a.id] for a in inside] == [
+        slots[inside[0].id],
+        slots[inside[1].id],
+        slots[inside[2].id],
+        slots[inside[0].id],
+        slots[inside[1].id],
+    ]
     assert slots[outside.id] not in {slots[a.id] for a in inside}
 
 

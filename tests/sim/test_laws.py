@@ -31,9 +31,17 @@ def test_engine_busy_is_the_sum_of_its_instruction_costs(trn1):
     b = TraceBuilder()
     tiles = [b.sbuf(f"t{k}", 128, 2048) for k in range(4)]
     b.op("memset", "vector", writes=[b.whole(tiles[0])], free_size=2048)
-    b.op("tensor_tensor", "vector", reads=[b.whole(tiles[0]), b.whole(tiles[0])], writes=[b.whole(tiles[1])],
-         free_size=2048, op="multiply")
-    b.op("tensor_reduce", "vector", reads=[b.whole(tiles[1])], writes=[b.whole(tiles[2], 0, 4)], free_size=2048, op="add")
+    b.op(
+        "tensor_tensor",
+        "vector",
+        reads=[b.whole(tiles[0]), b.whole(tiles[0])],
+        writes=[b.whole(tiles[1])],
+        free_size=2048,
+        op="multiply",
+    )
+    b.op(
+        "tensor_reduce", "vector", reads=[b.whole(tiles[1])], writes=[b.whole(tiles[2], 0, 4)], free_size=2048, op="add"
+    )
     b.op("bn_aggr", "vector", reads=[b.whole(tiles[2], 0, 4)], writes=[b.whole(tiles[3], 0, 8)], free_size=6)
     b.op("activation", "scalar", reads=[b.whole(tiles[1])], writes=[b.whole(tiles[3])], free_size=2048, func="exp")
     trace = b.build()
@@ -120,8 +128,15 @@ def test_trn2_differs_from_trn1_as_clocks_and_bandwidths_say(trn1, trn2):
     a, c = b.sbuf("a", 128, 128, "bfloat16"), b.sbuf("c", 128, 512, "bfloat16")
     p = b.psum("p")
     for _ in range(16):
-        b.op("nc_matmul", "tensor", reads=[b.whole(a), b.whole(c)], writes=[b.whole(p)], dtype="bfloat16",
-             moving_free=512, stationary_free=128)
+        b.op(
+            "nc_matmul",
+            "tensor",
+            reads=[b.whole(a), b.whole(c)],
+            writes=[b.whole(p)],
+            dtype="bfloat16",
+            moving_free=512,
+            stationary_free=128,
+        )
     trace = b.build()
     t1, t2 = simulate(trace, trn1), simulate(trace, trn2)
     assert t2.busy_ns["vector"] / t1.busy_ns["vector"] == pytest.approx(1.12 / 0.96)
@@ -164,7 +179,7 @@ def test_affine_iterations_overlap_and_sequential_ones_do_not(trn1):
     # in a sequential loop no instruction of iteration i+1 starts before iteration i ended
     tl = sequential.timeline
     for i in range(1, 16):
-        assert tl.start_ns[3 * i: 3 * i + 3].min() >= tl.end_ns[3 * i - 3: 3 * i].max()
+        assert tl.start_ns[3 * i : 3 * i + 3].min() >= tl.end_ns[3 * i - 3 : 3 * i].max()
 
 
 def test_rotating_buffers_bound_the_overlap(trn1):
@@ -216,8 +231,15 @@ def test_flop_utilization_of_back_to_back_matmuls(trn1):
     a, c = b.sbuf("a", 128, 128, "bfloat16"), b.sbuf("c", 128, 512, "bfloat16")
     p = b.psum("p")
     for _ in range(1000):
-        b.op("nc_matmul", "tensor", reads=[b.whole(a), b.whole(c)], writes=[b.whole(p)], dtype="bfloat16",
-             moving_free=512, stationary_free=128)
+        b.op(
+            "nc_matmul",
+            "tensor",
+            reads=[b.whole(a), b.whole(c)],
+            writes=[b.whole(p)],
+            dtype="bfloat16",
+            moving_free=512,
+            stationary_free=128,
+        )
     t = simulate(b.build(), trn1)
     assert t.matmul_flops == 1000 * 2 * 128 * 128 * 512
     assert t.tensor_flop_utilization * t.latency_ns == pytest.approx(t.span_ns, rel=1e-9)

@@ -7,14 +7,19 @@ import pytest
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "axon.cli", "variants", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "axon.cli", "variants", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_variants_prints_moves_and_proof_status():
     from axon.workloads import all_workloads
 
-    name = next(w.name for w in all_workloads() if any(n.op == "reduce" for n in w.symbolic().nodes)
-                and any(n.op == "matmul" for n in w.symbolic().nodes))
+    name = next(
+        w.name
+        for w in all_workloads()
+        if any(n.op == "reduce" for n in w.symbolic().nodes) and any(n.op == "matmul" for n in w.symbolic().nodes)
+    )
     out = _run(name, "--depth", "2", "--timeout", "2")
     assert out.returncode == 0, out.stderr
     assert "== variant 0" in out.stdout and "proved by" in out.stdout and "variants; steps proved" in out.stdout

@@ -4,7 +4,7 @@ Each property says: wherever the graph has a certain dataflow shape, discovery f
 variant that dependence allows. Workloads are picked by inspecting their graphs.
 """
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from axon.workloads import all_workloads
 ELEMENTWISE = {"add", "sub", "mul", "div", "exp", "sqrt", "rsqrt", "square", "neg", "const", "dimsize", "input"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def found(name: str):
     from axon.workloads import get
 
@@ -40,14 +40,20 @@ def _reductions_reach_matmuls_elementwise(g: Graph) -> bool:
                 n = g.nodes[j]
                 if n.op not in ELEMENTWISE and n.op != "reduce" and q.reductions_upstream(g, j):
                     return False
-                if n.op == "reduce" and any(g.nodes[k].op == "matmul" for k in q.upstream(g, n.inputs[0])) and m in q.upstream(g, j):
+                if (
+                    n.op == "reduce"
+                    and any(g.nodes[k].op == "matmul" for k in q.upstream(g, n.inputs[0]))
+                    and m in q.upstream(g, j)
+                ):
                     return False
     return True
 
 
 def _divides_exp_by_its_sum(g: Graph) -> bool:
-    return any(n.op == "div" and g.nodes[n.inputs[0]].op == "exp" and "sum" in q.reductions_upstream(g, n.inputs[1])
-               for n in g.nodes)
+    return any(
+        n.op == "div" and g.nodes[n.inputs[0]].op == "exp" and "sum" in q.reductions_upstream(g, n.inputs[1])
+        for n in g.nodes
+    )
 
 
 def _subtracts_a_max_before_exp(g: Graph) -> bool:
@@ -55,8 +61,10 @@ def _subtracts_a_max_before_exp(g: Graph) -> bool:
 
 
 def _scales_a_contraction_by_a_size(g: Graph) -> bool:
-    return any(n.op == "div" and g.nodes[n.inputs[0]].op == "matmul" and "dimsize" in q.ops_upstream(g, n.inputs[1])
-               for n in g.nodes)
+    return any(
+        n.op == "div" and g.nodes[n.inputs[0]].op == "matmul" and "dimsize" in q.ops_upstream(g, n.inputs[1])
+        for n in g.nodes
+    )
 
 
 def test_the_selections_are_not_empty():
@@ -100,7 +108,9 @@ def test_variant_list_starts_with_the_original_and_hashes_are_unique():
     assert all(m.name and m.description and m.nodes for v in d.variants for m in v.moves)
 
 
-@pytest.mark.parametrize("name", _where(_divides_exp_by_its_sum)[:2] + _where(_reductions_reach_matmuls_elementwise)[:2])
+@pytest.mark.parametrize(
+    "name", _where(_divides_exp_by_its_sum)[:2] + _where(_reductions_reach_matmuls_elementwise)[:2]
+)
 def test_every_variant_computes_what_the_original_computes(name):
     from axon.workloads import get
 

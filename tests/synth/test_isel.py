@@ -68,8 +68,26 @@ def test_a_wrong_sequence_is_not_proved():
     checker = _Checker(group)
     piece = _tree_pieces(group, frozenset())[0]
     x, s, gain = (l.node for l in group.leaves)
-    wrong = Step("scalar_tensor_tensor", "vector", (("data", ("in", x)), ("op0", "multiply"), ("operand0", ("in", s)),
-                                                    ("op1", "multiply"), ("operand1", ("in", gain))))
-    right = Step("scalar_tensor_tensor", "vector", (("data", ("in", x)), ("op0", "divide"), ("operand0", ("in", s)),
-                                                    ("op1", "multiply"), ("operand1", ("in", gain))))
+    wrong = Step(
+        "scalar_tensor_tensor",
+        "vector",
+        (
+            ("data", ("in", x)),
+            ("op0", "multiply"),
+            ("operand0", ("in", s)),
+            ("op1", "multiply"),
+            ("operand1", ("in", gain)),
+        ),
+    )
+    right = Step(
+        "scalar_tensor_tensor",
+        "vector",
+        (
+            ("data", ("in", x)),
+            ("op0", "divide"),
+            ("operand0", ("in", s)),
+            ("op1", "multiply"),
+            ("operand1", ("in", gain)),
+        ),
+    )
     assert checker.prove(piece, [right]) and not checker.prove(piece, [wrong])

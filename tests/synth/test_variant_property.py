@@ -1,6 +1,6 @@
 """Property: every discovered variant computes what its source computes, at any sizes and inputs."""
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 from hypothesis import given, settings
@@ -11,7 +11,7 @@ from axon.synth import discover_variants
 from axon.workloads import all_workloads
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cases():
     # every workload with at least one non-trivial variant that avoids tile-size constraints
     out = []
@@ -23,7 +23,9 @@ def _cases():
 
 
 @settings(max_examples=25, deadline=None)
-@given(which=st.integers(0, 10_000), sizes=st.lists(st.integers(1, 5), min_size=8, max_size=8), seed=st.integers(0, 2**16))
+@given(
+    which=st.integers(0, 10_000), sizes=st.lists(st.integers(1, 5), min_size=8, max_size=8), seed=st.integers(0, 2**16)
+)
 def test_variants_agree_with_their_source(which, sizes, seed):
     graph, variants = _cases()[which % len(_cases())]
     syms = sorted(graph.symbols)

@@ -22,8 +22,12 @@ def test_at_least_fifteen_wrong_rewrites_all_refuted_and_confirmed():
             assert isinstance(result, Counterexample), f"{w.name}: {move.description}: {result.status}"
             dims = tuple(sorted(result.sizes.items()))
             a = evaluate(Graph(g.name, g.nodes, g.outputs, dims, g.output_names), result.inputs)
-            b = evaluate(Graph(candidate.name, candidate.nodes, candidate.outputs, dims, candidate.output_names), result.inputs)
-            assert any(not np.allclose(x, y, rtol=1e-9, atol=1e-12, equal_nan=True) for x, y in zip(a.values(), b.values()))
+            b = evaluate(
+                Graph(candidate.name, candidate.nodes, candidate.outputs, dims, candidate.output_names), result.inputs
+            )
+            assert any(
+                not np.allclose(x, y, rtol=1e-9, atol=1e-12, equal_nan=True) for x, y in zip(a.values(), b.values())
+            )
             refuted += 1
             kinds[move.name] += 1
     assert total >= 15 and refuted == total

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from axon.nki.trace import Access, Instr
 from axon.target import load_hw
 from axon.target.costs import CYCLES, dma_cost, engine_cycles
+from axon.target.trace import Access, Instr
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +27,21 @@ def _ins(opcode, engine="vector", n=512, dtype="float32", reads=None, writes=Non
 
 
 def test_matmul_cost_is_moving_free_bounded_below_by_stationary(hw):
-    assert CYCLES["nc_matmul"](_ins("nc_matmul", "tensor", dtype="bfloat16", moving_free=512, stationary_free=128), hw) == 512
-    assert CYCLES["nc_matmul"](_ins("nc_matmul", "tensor", dtype="bfloat16", moving_free=16, stationary_free=128), hw) == 64
-    assert CYCLES["nc_matmul"](_ins("nc_matmul", "tensor", dtype="bfloat16", moving_free=16, stationary_free=32), hw) == 32
-    assert CYCLES["nc_matmul"](_ins("nc_matmul", "tensor", dtype="float32", moving_free=512, stationary_free=128), hw) == 2048
+    assert (
+        CYCLES["nc_matmul"](_ins("nc_matmul", "tensor", dtype="bfloat16", moving_free=512, stationary_free=128), hw)
+        == 512
+    )
+    assert (
+        CYCLES["nc_matmul"](_ins("nc_matmul", "tensor", dtype="bfloat16", moving_free=16, stationary_free=128), hw)
+        == 64
+    )
+    assert (
+        CYCLES["nc_matmul"](_ins("nc_matmul", "tensor", dtype="bfloat16", moving_free=16, stationary_free=32), hw) == 32
+    )
+    assert (
+        CYCLES["nc_matmul"](_ins("nc_matmul", "tensor", dtype="float32", moving_free=512, stationary_free=128), hw)
+        == 2048
+    )
 
 
 def test_vector_and_scalar_formulas(hw):
@@ -76,5 +87,6 @@ def test_dma_cost_counts_descriptors_and_bytes(hw):
     assert (c.engines, c.chunks_per_engine, c.bytes_per_engine) == (16, 8.0, 8192.0)
     assert c.engine_ns == pytest.approx(8 * hw.dma.chunk_overhead_ns + 8192 / hw.dma.bytes_per_ns_per_engine)
     slow = dataclasses.replace(hw, memory=dataclasses.replace(hw.memory, hbm_bandwidth_gbps=16 * 8.5))
-    assert dma_cost(Instr(0, "dma_copy", "dma", 128, 512, "bfloat16", (src,), (dst,), 1), slow).engine_ns == \
-        pytest.approx(8 * hw.dma.chunk_overhead_ns + 8192 / 8.5)  # the shared HBM cap binds
+    assert dma_cost(
+        Instr(0, "dma_copy", "dma", 128, 512, "bfloat16", (src,), (dst,), 1), slow
+    ).engine_ns == pytest.approx(8 * hw.dma.chunk_overhead_ns + 8192 / 8.5)  # the shared HBM cap binds

@@ -13,8 +13,19 @@ from tests.conftest import run_axon
 def tuned(tmp_path_factory):
     """A working directory after one tiny real tune, and the tune's JSON report."""
     workdir = tmp_path_factory.mktemp("runs")
-    done = run_axon("tune", "rmsnorm", "--preset", "small", "--trials", "2", "--workdir", str(workdir), "--quiet", "--json",
-                    timeout=300)
+    done = run_axon(
+        "tune",
+        "rmsnorm",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--workdir",
+        str(workdir),
+        "--quiet",
+        "--json",
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-800:]
     return workdir, json.loads(done.stdout.strip().splitlines()[-1])
 

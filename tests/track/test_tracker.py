@@ -50,8 +50,10 @@ def test_registry_moves_champion_only_when_accuracy_holds(tracker, tmp_path):
     import mlflow.xgboost
 
     rng = np.random.default_rng(0)
-    recs = [Record("w", {}, "float32", "trn1", "h", "sim", "v", {}, f"{i:08x}", {"a": float(a)}, 10.0 + a, "ok")
-            for i, a in enumerate(rng.uniform(0, 1, 40))]
+    recs = [
+        Record("w", {}, "float32", "trn1", "h", "sim", "v", {}, f"{i:08x}", {"a": float(a)}, 10.0 + a, "ok")
+        for i, a in enumerate(rng.uniform(0, 1, 40))
+    ]
     model = CostModel(rounds=5)
     model.fit(recs, holdout=0.0)
     path = model.save(tmp_path / "m.json")
@@ -70,8 +72,10 @@ def test_registry_moves_champion_only_when_accuracy_holds(tracker, tmp_path):
 def test_a_new_experiment_carries_axons_runs_view(tracker):
     tags = tracker.client.get_experiment(tracker.experiment_id).tags
     state = json.loads(json.loads(tags[VIEW_TAG])["state"])
-    assert state["selectedColumns"][:4] == [column_id("metrics", m) for m in
-                                            ("best_latency_us", "speedup_vs_unfused", "speedup_vs_expert", "roofline_fraction")]
+    assert state["selectedColumns"][:4] == [
+        column_id("metrics", m)
+        for m in ("best_latency_us", "speedup_vs_unfused", "speedup_vs_expert", "roofline_fraction")
+    ]
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     assert view_tags(tags, 0) == {}  # nothing left to set
 
@@ -112,8 +116,17 @@ def test_two_processes_opening_a_fresh_store_at_once_both_succeed(tmp_path):
     for round_ in range(3):
         workdir, go = tmp_path / f"w{round_}", tmp_path / f"go{round_}"
         ready = [tmp_path / f"ready{round_}.{i}" for i in range(2)]
-        procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(workdir), str(r), str(go)], cwd=REPO, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ready]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _RACER, str(workdir), str(r), str(go)],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for r in ready
+        ]
         deadline = time.time() + 60
         while not all(r.exists() for r in ready) and time.time() < deadline:
             time.sleep(0.01)
@@ -126,9 +139,25 @@ def test_two_processes_opening_a_fresh_store_at_once_both_succeed(tmp_path):
 @pytest.mark.slow
 def test_two_tune_workers_on_a_fresh_workdir_both_succeed(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm", "--preset", "small", "--trials", "2",
-           "--workdir", str(tmp_path / "work"), "--quiet", "--json"]
-    workers = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "axon.cli",
+        "tune",
+        "rmsnorm",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--quiet",
+        "--json",
+    ]
+    workers = [
+        subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [w.communicate(timeout=600) for w in workers]
     assert [w.returncode for w in workers] == [0, 0], [err[-800:] for _, err in outs]
     runs = Tracker.for_workdir(tmp_path / "work").recent_runs(10)

@@ -31,7 +31,11 @@ def _start_axon_ui(workdir) -> tuple[subprocess.Popen, str]:
     """`axon ui` in its own session, as from a terminal; returns it and the URL it printed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "axon.cli", "ui", "--workdir", str(workdir), "--port", str(_free_port())],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     line = proc.stdout.readline()  # printed once the server is healthy
     if "http://127.0.0.1:" not in line:
@@ -75,7 +79,9 @@ def test_axon_ui_serves_runs_and_prints_the_runs_view(tmp_path):
     try:
         base = _base(url)
         assert url == runs_url(base, tracker.experiment_id)
-        found = _api(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [tracker.experiment_id], "max_results": 10})["runs"]
+        found = _api(
+            base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [tracker.experiment_id], "max_results": 10}
+        )["runs"]
         assert [r["info"]["run_id"] for r in found] == [run.run_id]
         assert {m["key"]: m["value"] for m in found[0]["data"]["metrics"]}["best_latency_us"] == 42.0
         # the saved view the URL names is on the experiment, as the UI reads it, with the metric columns
@@ -154,9 +160,31 @@ def test_workers_on_one_study_record_into_one_tracking_server(tmp_path):
     try:
         wait_healthy(url, proc)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "axon.cli", "tune", "softmax", "--preset", "small", "--trials", "6", "--sampler", "random",
-               "--workdir", str(tmp_path / "work"), "--study", "shared", "--tracking-uri", url, "--quiet", "--json"]
-        workers = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "axon.cli",
+            "tune",
+            "softmax",
+            "--preset",
+            "small",
+            "--trials",
+            "6",
+            "--sampler",
+            "random",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--study",
+            "shared",
+            "--tracking-uri",
+            url,
+            "--quiet",
+            "--json",
+        ]
+        workers = [
+            subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
         outs = [w.communicate(timeout=600) for w in workers]
         assert all(w.returncode == 0 for w in workers), [o[1][-800:] for o in outs]
         run_ids = {json.loads(o[0].strip().splitlines()[-1])["run_id"] for o in outs}

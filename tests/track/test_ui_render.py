@@ -26,12 +26,20 @@ def _find_chromium() -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_find_chromium() is None,
-                    reason="no Chromium binary (chromium, chromium-browser, google-chrome): the rendered UI is not checked")
+@pytest.mark.skipif(
+    _find_chromium() is None,
+    reason="no Chromium binary (chromium, chromium-browser, google-chrome): the rendered UI is not checked",
+)
 def test_rendered_ui_opens_on_the_runs_table_with_metric_columns(tmp_path):
     out = tmp_path / "ui.png"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--workdir", str(tmp_path / "work"), "--out", str(out), "--trials", "2"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--workdir", str(tmp_path / "work"), "--out", str(out), "--trials", "2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stdout[-800:] + done.stderr[-800:]
     assert done.stdout.strip().splitlines()[-1] == "ui_check=ok columns=4/4 runs=2"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -83,7 +83,11 @@ def test_unshift_exp_overflows_in_the_range_analysis_for_softmax_and_attention()
         g = get(name).graph("small")
         v = _only(_variants(g), "unshift-exp")
         hazards = new_hazards(g, v.graph, input_ranges(g, "float32"), "float32")
-        assert hazards and hazards[0].kind == "overflow" and "exp overflows for arguments > 88.7 in float32" in hazards[0].text
+        assert (
+            hazards
+            and hazards[0].kind == "overflow"
+            and "exp overflows for arguments > 88.7 in float32" in hazards[0].text
+        )
 
 
 def test_fuse_reductions_takes_a_square_root_of_a_possibly_negative_variance():

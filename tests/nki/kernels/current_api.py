@@ -24,12 +24,12 @@ def matmul_tiled(a_t, b):
                 kk = min(TK, K - k0)
                 at = nl.ndarray((TK, TM), dtype=a_t.dtype, buffer=nl.sbuf)
                 bt = nl.ndarray((TK, TN), dtype=b.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=at[:kk, :mm], src=a_t[k0:k0 + kk, m0:m0 + mm])
-                nisa.dma_copy(dst=bt[:kk, :nn], src=b[k0:k0 + kk, n0:n0 + nn])
+                nisa.dma_copy(dst=at[:kk, :mm], src=a_t[k0 : k0 + kk, m0 : m0 + mm])
+                nisa.dma_copy(dst=bt[:kk, :nn], src=b[k0 : k0 + kk, n0 : n0 + nn])
                 nisa.nc_matmul(acc[:mm, :nn], at[:kk, :mm], bt[:kk, :nn], accumulate=k > 0)
             ct = nl.ndarray((TM, TN), dtype=a_t.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=ct[:mm, :nn], src=acc[:mm, :nn])
-            nisa.dma_copy(dst=c[m0:m0 + mm, n0:n0 + nn], src=ct[:mm, :nn])
+            nisa.dma_copy(dst=c[m0 : m0 + mm, n0 : n0 + nn], src=ct[:mm, :nn])
     return c
 
 
@@ -50,7 +50,7 @@ def rmsnorm(x, w, eps=1e-6):
         r0 = r * 128
         rr = min(128, R - r0)
         t = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t[:rr], src=x[r0:r0 + rr])
+        nisa.dma_copy(dst=t[:rr], src=x[r0 : r0 + rr])
         sq = nl.ndarray((128, C), dtype=nl.float32, buffer=nl.sbuf)
         ss = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=sq[:rr], op=nl.square, data=t[:rr], reduce_op=nl.add, reduce_res=ss[:rr])
@@ -58,9 +58,10 @@ def rmsnorm(x, w, eps=1e-6):
         nisa.tensor_scalar(dst=rs[:rr], data=ss[:rr], op0=nl.multiply, operand0=1.0 / C, op1=nl.add, operand1=eps)
         nisa.activation(dst=rs[:rr], op=nl.rsqrt, data=rs[:rr])
         o = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.scalar_tensor_tensor(dst=o[:rr], data=t[:rr], op0=nl.multiply, operand0=rs[:rr], op1=nl.multiply,
-                                  operand1=wb[:rr])
-        nisa.dma_copy(dst=y[r0:r0 + rr], src=o[:rr])
+        nisa.scalar_tensor_tensor(
+            dst=o[:rr], data=t[:rr], op0=nl.multiply, operand0=rs[:rr], op1=nl.multiply, operand1=wb[:rr]
+        )
+        nisa.dma_copy(dst=y[r0 : r0 + rr], src=o[:rr])
     return y
 
 
@@ -73,7 +74,7 @@ def softmax(x):
         r0 = r * 128
         rr = min(128, R - r0)
         t = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t[:rr], src=x[r0:r0 + rr])
+        nisa.dma_copy(dst=t[:rr], src=x[r0 : r0 + rr])
         neg_max = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=neg_max[:rr], op=nl.max, data=t[:rr], axis=1, negate=True, keepdims=True)
         e = nl.ndarray((128, C), dtype=nl.float32, buffer=nl.sbuf)
@@ -83,7 +84,7 @@ def softmax(x):
         nisa.reciprocal(dst=inv[:rr], data=s[:rr])
         o = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=o[:rr], data=e[:rr], op0=nl.multiply, operand0=inv[:rr])
-        nisa.dma_copy(dst=y[r0:r0 + rr], src=o[:rr])
+        nisa.dma_copy(dst=y[r0 : r0 + rr], src=o[:rr])
     return y
 
 
@@ -100,22 +101,23 @@ def layernorm(x, gamma, beta, eps=1e-5):
         r0 = r * 128
         rr = min(128, R - r0)
         t = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t[:rr], src=x[r0:r0 + rr])
+        nisa.dma_copy(dst=t[:rr], src=x[r0 : r0 + rr])
         stats = nl.ndarray((128, 6 * chunks), dtype=nl.float32, buffer=nl.sbuf)
         for j in range(chunks):
             c0 = j * FM
-            nisa.bn_stats(dst=stats[:rr, 6 * j:6 * j + 6], data=t[:rr, c0:min(C, c0 + FM)])
+            nisa.bn_stats(dst=stats[:rr, 6 * j : 6 * j + 6], data=t[:rr, c0 : min(C, c0 + FM)])
         mv = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
         nisa.bn_aggr(dst=mv[:rr], data=stats[:rr])
         rstd = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=rstd[:rr], data=mv[:rr, 1:2], op0=nl.add, operand0=eps, op1=nl.power, operand1=-0.5)
         norm = nl.ndarray((128, C), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=norm[:rr], data=t[:rr], op0=nl.subtract, operand0=mv[:rr, 0:1], op1=nl.multiply,
-                           operand1=rstd[:rr])
+        nisa.tensor_scalar(
+            dst=norm[:rr], data=t[:rr], op0=nl.subtract, operand0=mv[:rr, 0:1], op1=nl.multiply, operand1=rstd[:rr]
+        )
         nisa.tensor_tensor(dst=norm[:rr], data1=norm[:rr], data2=g[:rr], op=nl.multiply)
         o = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=o[:rr], data1=norm[:rr], data2=b[:rr], op=nl.add)
-        nisa.dma_copy(dst=y[r0:r0 + rr], src=o[:rr])
+        nisa.dma_copy(dst=y[r0 : r0 + rr], src=o[:rr])
     return y
 
 
@@ -126,12 +128,12 @@ def attention(q, k, v):
     Sk = k.shape[0]
     TQ = TK = 128
     out = nl.ndarray((S, D), dtype=q.dtype, buffer=nl.shared_hbm)
-    scale = 1.0 / D ** 0.5
+    scale = 1.0 / D**0.5
     for qi in nl.affine_range((S + TQ - 1) // TQ):
         q0 = qi * TQ
         qq = min(TQ, S - q0)
         qt = nl.ndarray((D, TQ), dtype=q.dtype, buffer=nl.sbuf)
-        nisa.dma_transpose(dst=qt[:, :qq], src=q[q0:q0 + qq])
+        nisa.dma_transpose(dst=qt[:, :qq], src=q[q0 : q0 + qq])
         m_run = nl.ndarray((TQ, 1), dtype=nl.float32, buffer=nl.sbuf)
         l_run = nl.ndarray((TQ, 1), dtype=nl.float32, buffer=nl.sbuf)
         acc = nl.ndarray((TQ, D), dtype=nl.float32, buffer=nl.sbuf)
@@ -143,8 +145,8 @@ def attention(q, k, v):
             kk = min(TK, Sk - k0)
             kt = nl.ndarray((D, TK), dtype=k.dtype, buffer=nl.sbuf)
             vt = nl.ndarray((TK, D), dtype=v.dtype, buffer=nl.sbuf)
-            nisa.dma_transpose(dst=kt[:, :kk], src=k[k0:k0 + kk])
-            nisa.dma_copy(dst=vt[:kk], src=v[k0:k0 + kk])
+            nisa.dma_transpose(dst=kt[:, :kk], src=k[k0 : k0 + kk])
+            nisa.dma_copy(dst=vt[:kk], src=v[k0 : k0 + kk])
             s_ps = nl.ndarray((TQ, TK), dtype=nl.float32, buffer=nl.psum)
             nisa.nc_matmul(s_ps[:qq, :kk], qt[:, :qq], kt[:, :kk])
             s = nl.ndarray((TQ, TK), dtype=nl.float32, buffer=nl.sbuf)
@@ -156,22 +158,25 @@ def attention(q, k, v):
             nisa.tensor_scalar(dst=neg[:qq], data=m_new[:qq], op0=nl.multiply, operand0=-1.0)
             p = nl.ndarray((TQ, TK), dtype=q.dtype, buffer=nl.sbuf)
             rowsum = nl.ndarray((TQ, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=p[:qq, :kk], op=nl.exp, data=s[:qq, :kk], bias=neg[:qq], reduce_op=nl.add,
-                            reduce_res=rowsum[:qq])
+            nisa.activation(
+                dst=p[:qq, :kk], op=nl.exp, data=s[:qq, :kk], bias=neg[:qq], reduce_op=nl.add, reduce_res=rowsum[:qq]
+            )
             alpha = nl.ndarray((TQ, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.activation(dst=alpha[:qq], op=nl.exp, data=m_run[:qq], bias=neg[:qq])
-            nisa.scalar_tensor_tensor(dst=l_run[:qq], data=l_run[:qq], op0=nl.multiply, operand0=alpha[:qq],
-                                      op1=nl.add, operand1=rowsum[:qq])
+            nisa.scalar_tensor_tensor(
+                dst=l_run[:qq], data=l_run[:qq], op0=nl.multiply, operand0=alpha[:qq], op1=nl.add, operand1=rowsum[:qq]
+            )
             pt_ps = nl.ndarray((TK, TQ), dtype=nl.float32, buffer=nl.psum)
             nisa.nc_transpose(dst=pt_ps[:kk, :qq], data=p[:qq, :kk])
             pt = nl.ndarray((TK, TQ), dtype=q.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=pt[:kk, :qq], src=pt_ps[:kk, :qq])
             pv = nl.ndarray((TQ, D), dtype=nl.float32, buffer=nl.psum)
             nisa.nc_matmul(pv[:qq], pt[:kk, :qq], vt[:kk])
-            nisa.scalar_tensor_tensor(dst=acc[:qq], data=acc[:qq], op0=nl.multiply, operand0=alpha[:qq],
-                                      op1=nl.add, operand1=pv[:qq])
+            nisa.scalar_tensor_tensor(
+                dst=acc[:qq], data=acc[:qq], op0=nl.multiply, operand0=alpha[:qq], op1=nl.add, operand1=pv[:qq]
+            )
             nisa.tensor_copy(dst=m_run[:qq], src=m_new[:qq])
         o = nl.ndarray((TQ, D), dtype=q.dtype, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=o[:qq], data=acc[:qq], op0=nl.divide, operand0=l_run[:qq])
-        nisa.dma_copy(dst=out[q0:q0 + qq], src=o[:qq])
+        nisa.dma_copy(dst=out[q0 : q0 + qq], src=o[:qq])
     return out

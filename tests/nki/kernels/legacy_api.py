@@ -22,7 +22,7 @@ def matmul_tiled(a_t, b):
         for n in nl.affine_range(math.ceil(N / TN)):
             res = nl.zeros((TM, TN), nl.float32, buffer=nl.psum)
             for k in nl.affine_range(math.ceil(K / TK)):
-                mk = (k * TK + i_k < K)
+                mk = k * TK + i_k < K
                 at = nl.load(a_t[k * TK + i_k, m * TM + i_m], mask=mk & (m * TM + i_m < M))
                 bt = nl.load(b[k * TK + i_k, n * TN + i_n], mask=mk & (n * TN + i_n < N))
                 res += nisa.nc_matmul(at[i_k, i_m], bt[i_k, i_n], mask=mk & (m * TM + i_m < M) & (n * TN + i_n < N))
@@ -64,8 +64,9 @@ def softmax(x):
         mx = nl.max(t, axis=1, keepdims=True, mask=msk, dtype=nl.float32)
         neg = nl.multiply(mx, -1.0, mask=msk)
         s = nl.ndarray((128, 1), dtype=nl.float32)
-        e = nisa.activation_reduce(op=nl.exp, data=t, reduce_op=nl.add, reduce_res=s, bias=neg, mask=msk,
-                                   dtype=nl.float32)
+        e = nisa.activation_reduce(
+            op=nl.exp, data=t, reduce_op=nl.add, reduce_res=s, bias=neg, mask=msk, dtype=nl.float32
+        )
         inv = nl.reciprocal(s, mask=msk)
         out = nl.multiply(e, inv, mask=msk, dtype=x.dtype)
         nl.store(y[r * 128 + i_p, i_f], value=out, mask=msk)
@@ -94,8 +95,9 @@ def layernorm(x, gamma, beta, eps=1e-5):
             stats[i_p, j * 6 + i_6] = nisa.bn_stats(t[i_p, j * FM + i_c], mask=msk & (j * FM + i_c < C))
         mv = nisa.bn_aggr(stats, mask=msk)
         rstd = nisa.tensor_scalar(mv[:, 1:2], nl.add, eps, op1=nl.power, operand1=-0.5, mask=msk)
-        norm = nisa.tensor_scalar(t, nl.subtract, mv[:, 0:1], op1=nl.multiply, operand1=rstd, mask=msk,
-                                  dtype=nl.float32)
+        norm = nisa.tensor_scalar(
+            t, nl.subtract, mv[:, 0:1], op1=nl.multiply, operand1=rstd, mask=msk, dtype=nl.float32
+        )
         out = nl.add(nl.multiply(norm, g, mask=msk), b, mask=msk, dtype=x.dtype)
         nl.store(y[r * 128 + i_p, i_f], value=out, mask=msk)
     return y
@@ -130,15 +132,18 @@ def attention(q, k, v):
             m_new = nl.maximum(m_run, mx, mask=mq)
             neg = nl.multiply(m_new, -1.0, mask=mq)
             rowsum = nl.ndarray((TQ, 1), dtype=nl.float32)
-            p = nisa.activation_reduce(op=nl.exp, data=s, reduce_op=nl.add, reduce_res=rowsum, bias=neg,
-                                       mask=mq, dtype=nl.float32)
+            p = nisa.activation_reduce(
+                op=nl.exp, data=s, reduce_op=nl.add, reduce_res=rowsum, bias=neg, mask=mq, dtype=nl.float32
+            )
             alpha = nisa.activation(op=nl.exp, data=m_run, bias=neg, mask=mq)
-            l_run[...] = nisa.scalar_tensor_tensor(data=l_run, op0=nl.multiply, operand0=alpha, op1=nl.add,
-                                                   operand1=rowsum, mask=mq)
+            l_run[...] = nisa.scalar_tensor_tensor(
+                data=l_run, op0=nl.multiply, operand0=alpha, op1=nl.add, operand1=rowsum, mask=mq
+            )
             pt = nl.copy(nisa.nc_transpose(p[i_q, i_kf], mask=mq), dtype=q.dtype, mask=(qi * TQ + i_qf < S))  # [TK, TQ]
             pv = nisa.nc_matmul(pt[i_kp, i_qf], vt[i_kp, i_d], mask=(qi * TQ + i_qf < S))  # [TQ, D]
-            acc[...] = nisa.scalar_tensor_tensor(data=acc, op0=nl.multiply, operand0=alpha, op1=nl.add,
-                                                 operand1=pv, mask=mq)
+            acc[...] = nisa.scalar_tensor_tensor(
+                data=acc, op0=nl.multiply, operand0=alpha, op1=nl.add, operand1=pv, mask=mq
+            )
             m_run[...] = nl.copy(m_new, mask=mq)
         o = nisa.tensor_scalar(acc, nl.divide, l_run, mask=mq, dtype=q.dtype)
         nl.store(out[qi * TQ + i_q, i_d], value=o, mask=mq)

@@ -2,11 +2,10 @@
 nl.arange masks, several arange terms in one axis, direct allocation, masked partial tiles.
 Each is small; the tests compare them with NumPy. `# RULE` marks the line an error must name."""
 
-import numpy as np
-
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
+import numpy as np
 from neuronxcc.nki import trace  # noqa: F401  (compiler-emitted kernels import it)
 from neuronxcc.nki.language import par_dim
 
@@ -26,18 +25,28 @@ def block_scale_add(v1, v2):
         for i1 in nl.affine_range(2):
             a[i0, i1, nl.arange(128)[:, None], nl.arange(F // 2)[None, :]] = nl.load(
                 v1[128 * i0 + nl.arange(128)[:, None], (F // 2) * i1 + nl.arange(F // 2)[None, :]],
-                dtype=np.float32, mask=-128 * i0 + -1 * nl.arange(128)[:, None] + (R - 1) >= 0)
+                dtype=np.float32,
+                mask=-128 * i0 + -1 * nl.arange(128)[:, None] + (R - 1) >= 0,
+            )
             b[i0, i1, nl.arange(128)[:, None], nl.arange(F // 2)[None, :]] = nl.load(
                 v2[128 * i0 + nl.arange(128)[:, None], (F // 2) * i1 + nl.arange(F // 2)[None, :]],
-                dtype=np.float32, mask=-128 * i0 + -1 * nl.arange(128)[:, None] + (R - 1) >= 0)
+                dtype=np.float32,
+                mask=-128 * i0 + -1 * nl.arange(128)[:, None] + (R - 1) >= 0,
+            )
             c[i0, i1, nl.arange(128)[:, None], nl.arange(F // 2)[None, :]] = nisa.scalar_tensor_tensor(
-                data=a[i0, i1, nl.arange(128)[:, None], nl.arange(F // 2)[None, :]], op0=nl.multiply,
-                operand0=np.float32(2.0), op1=nl.add, operand1=b[i0, i1, nl.arange(128)[:, None],
-                                                                  nl.arange(F // 2)[None, :]],
-                mask=-128 * i0 + -1 * nl.arange(128)[:, None] + (R - 1) >= 0, engine=nki.isa.unknown_engine)
-            nl.store(out[128 * i0 + nl.arange(128)[:, None], (F // 2) * i1 + nl.arange(F // 2)[None, :]],
-                     value=c[i0, i1, nl.arange(128)[:, None], nl.arange(F // 2)[None, :]],
-                     mask=-128 * i0 + -1 * nl.arange(128)[:, None] + (R - 1) >= 0)
+                data=a[i0, i1, nl.arange(128)[:, None], nl.arange(F // 2)[None, :]],
+                op0=nl.multiply,
+                operand0=np.float32(2.0),
+                op1=nl.add,
+                operand1=b[i0, i1, nl.arange(128)[:, None], nl.arange(F // 2)[None, :]],
+                mask=-128 * i0 + -1 * nl.arange(128)[:, None] + (R - 1) >= 0,
+                engine=nki.isa.unknown_engine,
+            )
+            nl.store(
+                out[128 * i0 + nl.arange(128)[:, None], (F // 2) * i1 + nl.arange(F // 2)[None, :]],
+                value=c[i0, i1, nl.arange(128)[:, None], nl.arange(F // 2)[None, :]],
+                mask=-128 * i0 + -1 * nl.arange(128)[:, None] + (R - 1) >= 0,
+            )
     return out
 
 
@@ -57,19 +66,30 @@ def block_matmul(lhs_p, rhs):
     res = nl.ndarray((mt, nl.par_dim(128), N), dtype=np.float32, buffer=nl.sbuf)
     for k in nl.affine_range(kt):
         r[k, nl.arange(128)[:, None], nl.arange(N)[None, :]] = nl.load(
-            rhs[128 * k + nl.arange(128)[:, None], nl.arange(N)[None, :]], dtype=np.float32, mask=None)
+            rhs[128 * k + nl.arange(128)[:, None], nl.arange(N)[None, :]], dtype=np.float32, mask=None
+        )
     for m in nl.affine_range(mt):
-        lhs[m, nl.arange(128)[:, None, None], 128 * nl.arange(kt)[None, :, None] + nl.arange(128)[None, None, :]] = \
-            nl.load(lhs_p[nl.arange(128)[:, None, None], nl.arange(kt)[None, :, None],
-                          128 * m + nl.arange(128)[None, None, :]], dtype=np.float32)
+        lhs[m, nl.arange(128)[:, None, None], 128 * nl.arange(kt)[None, :, None] + nl.arange(128)[None, None, :]] = (
+            nl.load(
+                lhs_p[
+                    nl.arange(128)[:, None, None], nl.arange(kt)[None, :, None], 128 * m + nl.arange(128)[None, None, :]
+                ],
+                dtype=np.float32,
+            )
+        )
         for k in nl.affine_range(kt):
             acc[m, nl.arange(128)[:, None], nl.arange(N)[None, :]] += nisa.nc_matmul(
                 lhs[m, nl.arange(128)[:, None], 128 * k + nl.arange(128)[None, :]],
-                r[k, nl.arange(128)[:, None], nl.arange(N)[None, :]], mask=None)
+                r[k, nl.arange(128)[:, None], nl.arange(N)[None, :]],
+                mask=None,
+            )
         res[m, nl.arange(128)[:, None], nl.arange(N)[None, :]] = nl.copy(
-            acc[m, nl.arange(128)[:, None], nl.arange(N)[None, :]], dtype=np.float32)
-        nl.store(out[128 * m + nl.arange(128)[:, None], nl.arange(N)[None, :]],
-                 value=res[m, nl.arange(128)[:, None], nl.arange(N)[None, :]])
+            acc[m, nl.arange(128)[:, None], nl.arange(N)[None, :]], dtype=np.float32
+        )
+        nl.store(
+            out[128 * m + nl.arange(128)[:, None], nl.arange(N)[None, :]],
+            value=res[m, nl.arange(128)[:, None], nl.arange(N)[None, :]],
+        )
     return out
 
 
@@ -145,7 +165,7 @@ def accumulate_into_fresh_psum(lhs_t, rhs):
     out = nl.ndarray((M, rhs.shape[1]), dtype=np.float32, buffer=nl.shared_hbm)
     ps = nl.ndarray((M, rhs.shape[1]), dtype=np.float32, buffer=nl.psum)
     for k in nl.affine_range(K // 128):
-        ps += nisa.nc_matmul(nl.load(lhs_t[k * 128:(k + 1) * 128, :]), nl.load(rhs[k * 128:(k + 1) * 128, :]))
+        ps += nisa.nc_matmul(nl.load(lhs_t[k * 128 : (k + 1) * 128, :]), nl.load(rhs[k * 128 : (k + 1) * 128, :]))
     nl.store(out, value=nl.copy(ps, dtype=np.float32))
     return out
 
@@ -180,7 +200,7 @@ def launch_facts(a):
     t[:, 0:1] = float(nl.program_ndim())
     t[:, 1:2] = float(nl.num_programs(0))
     t[:, 2:3] = float(pid)
-    nl.store(out[pid:pid + 1, :], value=t)
+    nl.store(out[pid : pid + 1, :], value=t)
     return out
 
 
@@ -203,6 +223,6 @@ def row_broadcast(a):
 def shaped_by_parameters(a, shape, dtype, scale):
     """Compile-time parameters: a tuple shape, a dtype and a number."""
     out = nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)
-    t = nl.load(a[0:shape[0], 0:shape[1]])
+    t = nl.load(a[0 : shape[0], 0 : shape[1]])
     nl.store(out, value=nl.multiply(t, scale, dtype=dtype))
     return out
