@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.axon-installed
 
-.PHONY: setup test test-fast demo clean
+.PHONY: setup test test-fast lint demo clean
 
 setup: $(STAMP)
 
@@ -15,7 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-test: setup
+# the habits: formatting, lint, types, the layers contract; then the tests and doctests
+lint: setup
+	$(BIN)/ruff format --check axon tests experiments examples
+	$(BIN)/ruff check axon tests experiments examples
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: lint
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2
 
 test-fast: setup

@@ -54,7 +54,8 @@ def main() -> None:
             errs.append(abs(err))
             speedups.append(mw.wall_s / max(mf.wall_s, 1e-9))
             print(
-                f"{name}: whole {mw.latency_ns / 1e3:,.1f} us in {mw.wall_s:.1f} s, extrapolated {mf.latency_ns / 1e3:,.1f} us "
+                f"{name}: whole {mw.latency_ns / 1e3:,.1f} us in {mw.wall_s:.1f} s, "
+                f"extrapolated {mf.latency_ns / 1e3:,.1f} us "
                 f"in {mf.wall_s:.1f} s ({mf.details.get('timing')}), error {err:+.4%}",
                 flush=True,
             )

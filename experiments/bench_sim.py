@@ -48,7 +48,8 @@ def main() -> None:
     mm_s = best_of(trace_and_simulate, repeats=2)
     t = out["timing"]
     print(
-        f"matmul 4096^3 bf16 (v1 kernel, loads in the K loop): {out['n']} instructions, {t.instructions['tensor']} nc_matmul, "
+        f"matmul 4096^3 bf16 (v1 kernel, loads in the K loop): {out['n']} instructions, "
+        f"{t.instructions['tensor']} nc_matmul, "
         f"simulated latency {t.latency_ns / 1e6:.3f} ms; trace + simulate {mm_s:.3f} s"
     )
     print(f"sim_100k_s={sim_s:.3f} matmul_trace_sim_s={mm_s:.3f}")

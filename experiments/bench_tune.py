@@ -13,7 +13,7 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from axon.search.api import tune  # noqa: E402
+from axon.search.api import TuneRequest, tune  # noqa: E402
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
         start = time.perf_counter()
-        report = tune(args.workload, trials=args.trials, workdir=work, seed=0)
+        report = tune(TuneRequest.make(args.workload, trials=args.trials, workdir=work, seed=0))
         elapsed = time.perf_counter() - start
     print(report.summary())
     print(f"tune_{args.trials}_s={elapsed:.1f} best_us={report.best_latency_ns / 1e3:.1f} measured={report.measured}")

@@ -25,7 +25,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from axon.search.api import tune  # noqa: E402
+from axon.search.api import TuneRequest, tune  # noqa: E402
 from axon.search.checks import adversarial_check  # noqa: E402
 from axon.search.problem import LoweredProblem  # noqa: E402
 from axon.target import load_hw  # noqa: E402
@@ -75,13 +75,15 @@ def main() -> None:
     for dtype in args.dtypes.split(","):
         for name in args.workloads.split(","):
             report = tune(
-                WORKLOADS[name],
-                preset="small",
-                trials=args.trials,
-                dtype=dtype,
-                workdir=work / f"{name}-{dtype}",
-                track=False,
-                seed=0,
+                TuneRequest.make(
+                    WORKLOADS[name],
+                    preset="small",
+                    trials=args.trials,
+                    dtype=dtype,
+                    workdir=work / f"{name}-{dtype}",
+                    track=False,
+                    seed=0,
+                )
             )
             adv = report.adversarial
             rows += 1
@@ -95,7 +97,8 @@ def main() -> None:
             )
             print(f"   ranges: {adv.ranges if adv else '-'}")
             print(
-                f"   adversarial worst rel err per class: {adv.summary() if adv else '-'} {'OK' if adv and adv.ok else 'FAILED'}"
+                f"   adversarial worst rel err per class: {adv.summary() if adv else '-'} "
+                f"{'OK' if adv and adv.ok else 'FAILED'}"
             )
             for text in report.fp_rejected:
                 print(f"   not offered: {text}")

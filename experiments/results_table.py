@@ -6,12 +6,12 @@ For each of the 20 workloads at its default shape, on trn1 and trn2, with the si
 - expert: the hand-written kernels of `axon.lower.expert` (where one exists);
 - roofline: max(TensorE time at peak, HBM time of the minimum bytes);
 - axon: full search over verified variants x schedule space (cost-model sampler).
-Each row is tuned from a fresh start: records go to a RecordDB per hardware and version of the
-tuning code (experiments/results/work/tuning/<code hash>-<hw>/), so no row starts from the
-records of an earlier sampler or lowering, and the table comes out the same from a clean work
-directory. Within one table the rows share it, in the table's order (a later row's cost model
-trains on the records of the rows before it, as a nightly sweep's does); an interrupted table
-resumes where it stopped.
+Rows are keyed by what the code emits: a row stays while the current code still emits the kernels
+it reports (its best and its unfused-tuned kernel, checked by `axon.search.current.CurrentCode`
+against the records in experiments/results/work/tuning/<hw>/records.db), and is tuned again
+otherwise; a refactor that changes no kernel re-tunes nothing. Within one table the rows share that
+database, in the table's order (a later row's cost model trains on the records of the rows before
+it, as a nightly sweep's does); an interrupted table resumes where it stopped.
 
 Last line (trn1): geomean_single_vs_default=A geomean_multi_vs_default=B geomean_multi_vs_unfused_tuned=C
 max_speedup=D expert_min=E rmsnorm_matmul_vs_expert=F roofline70=N/20
@@ -20,7 +20,6 @@ max_speedup=D expert_min=E rmsnorm_matmul_vs_expert=F roofline70=N/20
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
@@ -31,7 +30,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from axon.measure.backend import SimBackend, kernel_hash  # noqa: E402
 from axon.measure.records import RecordDB  # noqa: E402
-from axon.search.api import expert_latency, tune  # noqa: E402
+from axon.search.api import TuneRequest, expert_latency, tune, verified_variants  # noqa: E402
+from axon.search.current import CurrentCode  # noqa: E402
 from axon.search.problem import LoweredProblem  # noqa: E402
 from axon.search.sampler import point_key  # noqa: E402
 from axon.search.tuner import TuneConfig, Tuner  # noqa: E402
@@ -82,12 +82,37 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def problems(w, hw_name: str) -> tuple[LoweredProblem, UnfusedProblem]:
+    """The row's two search problems: the full space, and the op-by-op space (label unfused_tuned)."""
+    hw = load_hw(hw_name)
+    graph = w.graph("default")
+    full = LoweredProblem(w.name, graph, hw, verified_variants(graph), "float32")
+    unfused = UnfusedProblem(w.name, graph, hw, [Original(graph)], "float32", label="unfused_tuned")
+    return full, unfused
+
+
+def row_current(row: dict, w, hw_name: str, db: RecordDB) -> bool:
+    """A row is current when the current code still emits the kernels it reports (its best kernel
+    and its unfused-tuned kernel, looked up by hash in the table's records): the one currency check
+    of `axon.search.current`, so a refactor that emits the same kernels keeps every row."""
+    kernels = row.get("kernels")
+    if not kernels:
+        return False
+    for problem in problems(w, hw_name):
+        which = "unfused_tuned" if problem.label else "axon"
+        record = next((r for r in db.records(task=problem.task) if r.kernel_hash == kernels.get(which)), None)
+        if record is None or not CurrentCode(problem)(record):
+            return False
+    return True
+
+
 def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bool = False) -> dict:
     cache = work / "rows" / f"{w.name}_{hw_name}_{trials}_{seed}.json"
+    tuning = work / "tuning" / hw_name
     row = json.loads(cache.read_text()) if cache.exists() else None
-    if row is not None and row.get("lowering") != tuning_code_hash():
+    if row is not None and not row_current(row, w, hw_name, RecordDB(tuning / "records.db")):
         if not cached_only:
-            row = None  # the lowering or the search changed since this row was tuned: tune it again
+            row = None  # the code emits other kernels than this row reports: tune it again
         else:
             row["stale"] = True  # kept, and marked as such in the table
     if row is not None:
@@ -99,31 +124,24 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
     if cached_only:
         raise LookupError("not measured yet (--cached-only)")
     start = time.perf_counter()
-    code = tuning_code_hash()
-    tuning = work / "tuning" / f"{code}-{hw_name}"
-    report = tune(
+    request = TuneRequest.make(
         w.name,
         hw=hw_name,
         trials=trials,
         seed=seed,
         workdir=tuning,
         track=False,
-        study=f"table:{w.name}:{hw_name}:{seed}:{code}",
+        study=f"table:{w.name}:{hw_name}:{seed}",
     )
+    report = tune(request)
     tuning_s = time.perf_counter() - start
-    hw = load_hw(hw_name)
-    graph = w.graph("default")
-    unfused = UnfusedProblem(w.name + "#unfused_tuned", graph, hw, [Original(graph)], "float32")
+    full, unfused = problems(w, hw_name)
     db = RecordDB(tuning / "records.db")
-    result = Tuner(
-        unfused,
-        SimBackend(),
-        db,
-        TuneConfig(
-            trials=trials, sampler="costmodel", seed=seed, study_name=f"table-unfused:{w.name}:{hw_name}:{seed}:{code}"
-        ),
-        storage=None,
-    ).run()
+    config = TuneConfig(
+        trials=trials, sampler="costmodel", seed=seed, study_name=f"table-unfused:{w.name}:{hw_name}:{seed}"
+    )
+    result = Tuner(unfused, SimBackend(), db, config, storage=None).run()
+    best = CurrentCode(full).best(db.records(task=full.task))
     row = {
         "workload": w.name,
         "kind": w.kind,
@@ -139,26 +157,13 @@ def row_for(w, hw_name: str, trials: int, seed: int, work: Path, cached_only: bo
         "trials": trials,
         "numerics_ok": report.numerics.ok if report.numerics else None,
         "expert_hash": _expert_hash(w.name),
-        "lowering": code,
+        "kernels": {
+            "axon": best.kernel_hash if best else None,
+            "unfused_tuned": result.best.kernel_hash if result.best else None,
+        },
     }
     _store(cache, row)
     return row
-
-
-@functools.cache
-def tuning_code_hash() -> str:
-    """Hash of the source that decides which kernels a row measures: axon/lower (without the expert
-    kernels, which have their own hash) and axon/synth (the instruction sequences a group offers),
-    which decide the kernel a point emits, and the search (sampler, cost model, features, tuner),
-    which decides the points that 24 trials visit."""
-    import hashlib
-
-    root = Path(__file__).resolve().parent.parent / "axon"
-    h = hashlib.sha256()
-    files = [p for sub in ("lower", "synth", "search") for p in (root / sub).rglob("*.py")]
-    for f in sorted(p for p in files if "expert" not in p.relative_to(root).parts):
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def _expert_hash(workload: str) -> str | None:
@@ -206,7 +211,7 @@ def main() -> None:
             )
     write_table(rows, args)
     fresh = sum(1 for r in rows if r.get("axon_ns") and not r.get("stale"))
-    print(f"rows tuned with the current lowering and search: {fresh}/{len(rows)}")
+    print(f"rows whose kernels the current code still emits: {fresh}/{len(rows)}")
     trn1 = [r for r in rows if r["hw"] == "trn1" and r.get("axon_ns")]
     single = [ratio(r["unfused_default_ns"], r["axon_ns"]) for r in trn1 if r["kind"] == "single"]
     multi = [ratio(r["unfused_default_ns"], r["axon_ns"]) for r in trn1 if r["kind"] == "multi"]
@@ -242,7 +247,8 @@ def write_table(rows, args) -> None:
         lines += [
             f"## {hw_name}",
             "",
-            "| workload | kind | axon (us) | unfused-default (us) | unfused-tuned (us) | expert (us) | roofline (us) | vs default | vs unfused-tuned | vs expert | of roofline | moves | tuning s | trials |",
+            "| workload | kind | axon (us) | unfused-default (us) | unfused-tuned (us) | expert (us) | roofline (us) "
+            "| vs default | vs unfused-tuned | vs expert | of roofline | moves | tuning s | trials |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
@@ -279,7 +285,7 @@ def write_table(rows, args) -> None:
         lines.append("")
     if any(r.get("stale") for r in rows):
         lines += [
-            "† tuned with an earlier version of the lowering or of the search (its kernels or the points its trials visit differ from the current code's); "
+            "† the current code no longer emits the kernels this row reports (an earlier lowering's); "
             "`python experiments/results_table.py` re-tunes these rows.",
             "",
         ]

@@ -32,6 +32,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from axon.measure.backend import Measurement, SimBackend  # noqa: E402
+from axon.measure.events import OnTrial  # noqa: E402
 from axon.measure.records import RecordDB  # noqa: E402
 from axon.search.api import verified_variants  # noqa: E402
 from axon.search.costmodel import CostModel  # noqa: E402
@@ -92,7 +93,7 @@ def run_one(problem, backend, sampler: str, seed: int, trials: int, model: CostM
             TuneConfig(trials=asks, sampler=sampler, seed=seed),
             storage=None,
             model=model or CostModel(seed=seed),
-            on_trial=_stop_after(trials),
+            callbacks=[OnTrial(_stop_after(trials))],
         )
         try:
             result = tuner.run()
@@ -179,7 +180,10 @@ def main() -> None:
     names = [n for n in args.workloads.split(",") if n != "transfer"]
     if "transfer" in args.workloads.split(","):  # the transfer run on its own, for a parallel process
         for kind in TRANSFER_TRAINING:
-            _kept(work / f"transfer_{kind}_{args.trials}.json", lambda: _transfer(hw, backend, args.trials, kind))
+            _kept(
+                work / f"transfer_{kind}_{args.trials}.json",
+                lambda: _transfer(hw, backend, args.trials, kind),  # noqa: B023  _kept runs it now, in this iteration
+            )
     curves: dict[str, dict[str, list[list[float]]]] = {}
     t0 = time.time()
     for name in names:
@@ -190,7 +194,7 @@ def main() -> None:
                 curves[name][sampler].append(
                     _kept(
                         work / f"{name}_{sampler}_{seed}_{args.trials}.json",
-                        lambda: run_one(problem, backend, sampler, seed, args.trials),
+                        lambda: run_one(problem, backend, sampler, seed, args.trials),  # noqa: B023  _kept runs it now
                     )
                 )
             print(
@@ -215,7 +219,10 @@ def main() -> None:
         rows.append((name, best, {s: statistics.median(need[s]) for s in SAMPLERS}, final))
 
     transfer_curves = {
-        kind: _kept(work / f"transfer_{kind}_{args.trials}.json", lambda: _transfer(hw, backend, args.trials, kind))
+        kind: _kept(
+            work / f"transfer_{kind}_{args.trials}.json",
+            lambda: _transfer(hw, backend, args.trials, kind),  # noqa: B023  _kept runs it now, in this iteration
+        )
         for kind in TRANSFER_TRAINING
     }
     best_rmm = min(min(c) for s in SAMPLERS for c in curves.get("rmsnorm_matmul", {}).get(s, [[float("inf")]]))
@@ -226,7 +233,8 @@ def main() -> None:
     _write(rows, curves, names, args, ratios, beats, transfers)
     median_ratio = statistics.median(ratios)
     print(
-        f"median_ratio_tpe_over_costmodel={median_ratio:.2f} costmodel_beats_random={beats}/{len(names)} transfer_measurements={transfer}"
+        f"median_ratio_tpe_over_costmodel={median_ratio:.2f} costmodel_beats_random={beats}/{len(names)} "
+        f"transfer_measurements={transfer}"
     )
 
 
@@ -235,14 +243,17 @@ def _write(rows, curves, names, args, ratios, beats, transfers) -> None:
     lines = [
         "# Sample efficiency (trn1, sim backend, default shapes)",
         "",
-        f"Budget {args.trials} trials per run, {args.seeds} seeds. Measurements to reach within 5% of the best latency any "
+        f"Budget {args.trials} trials per run, {args.seeds} seeds. "
+        "Measurements to reach within 5% of the best latency any "
         "method found (median over seeds; a run that never gets there counts as twice the budget).",
         "",
-        "The last three columns are the median best latency at the end of the budget. TPE and random get up to four asks "
+        "The last three columns are the median best latency at the end of the budget. "
+        "TPE and random get up to four asks "
         "per measurement (they propose points that do not lower); a run that used them up with fewer measurements "
         "keeps its last best, in the plot too.",
         "",
-        "| workload | best (us) | costmodel | tpe | random | final costmodel (us) | final tpe (us) | final random (us) |",
+        "| workload | best (us) | costmodel | tpe | random "
+        "| final costmodel (us) | final tpe (us) | final random (us) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, best, med, final in rows:
@@ -256,9 +267,11 @@ def _write(rows, curves, names, args, ratios, beats, transfers) -> None:
     }
     lines += [
         "",
-        f"Median ratio TPE / cost model: {statistics.median(ratios):.2f}; cost model beats random on {beats}/{len(names)} "
+        f"Median ratio TPE / cost model: {statistics.median(ratios):.2f}; "
+        f"cost model beats random on {beats}/{len(names)} "
         "(median measurements to within 5%; a tie at 'not reached' does not count).",
-        f"By median best latency at the end of the budget the cost model is ahead of random on {ahead['random']}/{len(names)} "
+        "By median best latency at the end of the budget the cost model is ahead of random "
+        f"on {ahead['random']}/{len(names)} "
         f"and of TPE on {ahead['tpe']}/{len(names)}.",
         "Transfer (rmsnorm_matmul at its default shape, a model trained on three other shapes, 16 measurements; "
         "32 = not reached): "

@@ -189,7 +189,8 @@ def main() -> None:
     (res / "space.md").write_text("\n".join(out) + "\n")
     print(
         f"workloads_ok={ok_count}/20 min_points_matmul={counts.get('matmul', 0)} "
-        f"min_points_rmsnorm_matmul={counts.get('rmsnorm_matmul', 0)} min_points_attention={counts.get('attention', 0)} "
+        f"min_points_rmsnorm_matmul={counts.get('rmsnorm_matmul', 0)} "
+        f"min_points_attention={counts.get('attention', 0)} "
         f"isel_norm_alternatives={min(norm.values()) if norm else 0}"
     )
 

@@ -61,7 +61,7 @@ def main() -> None:
         problem = LoweredProblem(name, graph, hw, verified_variants(graph), "float32")
         Tuner(problem, SimBackend(), db, TuneConfig(trials=args.trials, sampler="random", seed=i)).run()
         print(f"{name} {graph.bindings}: {len(db)} records ({time.time() - start:.0f} s)", flush=True)
-    records = [r for r in db.records() if "#" not in r.workload]
+    records = [r for r in db.records() if r.kind == "kernel" and not r.label]
     model = CostModel(seed=0)
     acc = model.fit(records, holdout=0.2)
     MODELS.mkdir(exist_ok=True)
@@ -74,9 +74,12 @@ def main() -> None:
         "XGBoost model of normalized throughput (best latency in a task / latency) of Axon kernels on the",
         "trn1 timing simulator, from features of the lowered TileProgram (`axon/search/features.py`).",
         "",
-        f"- training records: {len(ok)} measured kernels ({len(records) - len(ok)} failed or infeasible left out), {len(tasks)} tasks",
-        f"- sampler for the training data: random, {args.trials} trials per task; backend: sim; hardware: configs/hw/trn1.yaml",
-        f"- held-out (20% by kernel hash): pairwise ranking accuracy {acc.pairwise:.3f}, peak@1 {acc.peak1:.3f}, peak@5 {acc.peak5:.3f}"
+        f"- training records: {len(ok)} measured kernels "
+        f"({len(records) - len(ok)} failed or infeasible left out), {len(tasks)} tasks",
+        f"- sampler for the training data: random, {args.trials} trials per task; "
+        "backend: sim; hardware: configs/hw/trn1.yaml",
+        f"- held-out (20% by kernel hash): pairwise ranking accuracy {acc.pairwise:.3f}, "
+        f"peak@1 {acc.peak1:.3f}, peak@5 {acc.peak5:.3f}"
         if acc
         else "- held-out accuracy: not enough records",
         f"- XGBoost {model.params['max_depth']} deep, {model.rounds} rounds, eta {model.params['eta']}, seed 0",
@@ -85,13 +88,15 @@ def main() -> None:
         "",
         *[f"- `{t}`" for t in tasks],
         "",
-        "Use: `axon tune WORKLOAD --cost-model models/axon-costmodel-trn1.json` (warm start: training continues on the new",
+        "Use: `axon tune WORKLOAD --cost-model models/axon-costmodel-trn1.json` "
+        "(warm start: training continues on the new",
         "task's measurements). Regenerate: `python experiments/train_shipped_model.py`.",
         "",
     ]
     (MODELS / "README.md").write_text("\n".join(card))
     print(
-        f"records={len(ok)} tasks={len(tasks)} heldout_pairwise={acc.pairwise:.3f} heldout_peak1={acc.peak1:.3f} heldout_peak5={acc.peak5:.3f}"
+        f"records={len(ok)} tasks={len(tasks)} heldout_pairwise={acc.pairwise:.3f} "
+        f"heldout_peak1={acc.peak1:.3f} heldout_peak5={acc.peak5:.3f}"
     )
 
 

@@ -97,7 +97,8 @@ def main() -> None:
     methods = Counter(a.result.method for d in discoveries.values() for a in d.attempts if a.result.status == "proved")
     write_markdown(rows, required, wrong, refuted, in_context, online, methods)
     print(
-        f"required_found={found}/6 wrong_refuted={len(refuted)}/{len(wrong)} max_workload_s={max_s:.2f} median_proof_ms={median:.1f}"
+        f"required_found={found}/6 wrong_refuted={len(refuted)}/{len(wrong)} "
+        f"max_workload_s={max_s:.2f} median_proof_ms={median:.1f}"
     )
 
 

@@ -168,10 +168,10 @@ def test_failed_trials_are_counted_by_reason_and_printed_with_verbose(tmp_path):
 
 def test_seconds_zero_says_no_trial_ran(tmp_path):
     from axon.errors import SpecError
-    from axon.search.api import tune
+    from axon.search.api import TuneRequest, tune
 
     with pytest.raises(SpecError, match="seconds must be positive"):
-        tune("softmax", preset="small", seconds=0, workdir=tmp_path / "w", track=False)
+        tune(TuneRequest.make("softmax", preset="small", seconds=0, workdir=tmp_path / "w", track=False))
 
 
 @pytest.mark.slow
@@ -225,18 +225,18 @@ def test_cost_model_records_its_hardware(tmp_path):
 
     records = [
         Record(
-            "softmax",
-            {"M": 256},
-            "float32",
-            "trn2",
-            "h",
-            "sim",
-            "v",
-            {"p": i},
-            f"{i:08x}" * 3,
-            {"a": float(i), "b": float(i % 3)},
-            1000.0 + 10 * i,
-            "ok",
+            workload="softmax",
+            shapes={"M": 256},
+            dtype="float32",
+            hw="trn2",
+            hw_hash="h",
+            backend="sim",
+            variant_hash="v",
+            point={"p": i},
+            kernel_hash=f"{i:08x}" * 3,
+            features={"a": float(i), "b": float(i % 3)},
+            latency_ns=1000.0 + 10 * i,
+            status="ok",
         )
         for i in range(12)
     ]

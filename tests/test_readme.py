@@ -218,7 +218,7 @@ def test_example_spec_variants_agree(ref):
 @pytest.mark.parametrize("rows, dtype, tol", [(256, "float32", 1e-6), (200, "float32", 1e-6), (128, "bfloat16", 1e-2)])
 def test_example_kernel_normalizes_rows(rows, dtype, tol):
     import axon.nki
-    from axon.nki.memory import as_dtype
+    from axon.nki.dtypes import as_dtype
 
     kernel = axon.nki.load_kernel(str(REPO / "examples" / "kernels" / "l2norm.py") + ":l2_normalize")
     a = np.random.default_rng(rows).standard_normal((rows, 512)).astype(as_dtype(dtype))
@@ -367,3 +367,21 @@ def test_example_spec_tunes(ref, tmp_path):
     report = json.loads(done.stdout)
     assert report["numerics"]["max_rel_err"] <= report["numerics"]["tolerance"]
     assert Path(report["kernel_path"]).is_file()
+
+
+@pytest.mark.slow
+def test_architecture_section_python_example_runs(tmp_path, monkeypatch, capsys):
+    """The tune-seam example of the Architecture section runs as shown (in a scratch $AXON_HOME)."""
+    text = README.read_text()
+    section = text[text.index("### The tune seam") :]
+    code = re.search(r"^```python\n(.*?)^```", section, flags=re.S | re.M).group(1)
+    monkeypatch.setenv("AXON_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 8 and all(
+        line.split()[1] in ("measured", "reused", "infeasible", "error") for line in printed
+    )
+    assert namespace["report"].best_latency_ns > 0
+    assert (tmp_path / "home" / "records.db").exists()  # $AXON_HOME was the working directory

@@ -1,7 +1,5 @@
 """The shipped cost model resolves by name and by its repository path, from any directory."""
 
-from pathlib import Path
-
 import pytest
 
 from axon.errors import StoreError

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 import yaml
@@ -106,17 +105,23 @@ def test_tune_a_spec_by_relative_path_from_another_directory(layout):
 
 @pytest.mark.slow
 def test_tune_a_lambda_spec_by_absolute_path_through_the_python_api(layout, monkeypatch):
-    from axon.search.api import tune
+    from axon.search.api import TuneRequest, tune
 
     monkeypatch.chdir(layout / "cwd")
     report = tune(
-        f"{layout}/specs/my_model.py:odd", shape={"M": 256, "N": 512}, trials=2, workdir=layout / "w", track=False
+        TuneRequest.make(
+            f"{layout}/specs/my_model.py:odd", shape={"M": 256, "N": 512}, trials=2, workdir=layout / "w", track=False
+        )
     )
     assert report.best_latency_ns and report.failed == 0 and report.numerics.ok
     assert report.kernel_path.startswith(str(layout / "w" / "kernels" / "_lambda__trn1_"))
     assert "def _lambda_(" in open(report.kernel_path).read()
     # the same spec by a relative path is the same task: its measurements are reused
-    again = tune("../specs/my_model.py:odd", shape={"M": 256, "N": 512}, trials=3, workdir=layout / "w", track=False)
+    again = tune(
+        TuneRequest.make(
+            "../specs/my_model.py:odd", shape={"M": 256, "N": 512}, trials=3, workdir=layout / "w", track=False
+        )
+    )
     assert again.workload == report.workload and again.measured <= 1
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from axon.errors import SpecError
 from axon.ir.dims import Dim, shape_str
-from axon.ir.graph import Graph, Node, TensorType
+from axon.ir.graph import Graph, Node, TensorType, live_nodes
 from axon.ir.ops import ALL_OPS, BINARY, REDUCTIONS, UNARY
 
 ONE = Dim.const(1)
@@ -179,8 +179,6 @@ class GraphBuilder:
 
     def build(self, outputs: Sequence[int], output_names: Sequence[str] = ()) -> Graph:
         """The graph of everything `outputs` need (plus all inputs), renumbered in order."""
-        from axon.ir.graph import live_nodes
-
         live = live_nodes(self.nodes, outputs)
         remap: dict[int, int] = {}
         kept: list[Node] = []

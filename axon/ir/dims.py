@@ -11,7 +11,6 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Union
 
 from axon.errors import SpecError
 
@@ -86,14 +85,13 @@ class Dim:
 
     __rmul__ = __mul__
 
-    def __truediv__(self, other: int) -> Dim:
-        if isinstance(other, Dim):
-            if not other.is_const:
-                return self._divide_by_monomial(other)
-            other = other.const_value
-        if other == 0:
+    def __truediv__(self, other: int | Dim) -> Dim:
+        if isinstance(other, Dim) and not other.is_const:
+            return self._divide_by_monomial(other)
+        divisor = Fraction(other.const_value if isinstance(other, Dim) else other)
+        if divisor == 0:
             raise SpecError(f"dimension {self} divided by zero")
-        return Dim._make({m: c / Fraction(other) for m, c in self.terms})
+        return Dim._make({m: c / divisor for m, c in self.terms})
 
     __floordiv__ = __truediv__
 
@@ -163,7 +161,7 @@ class Dim:
         return f"Dim({str(self)!r})"
 
 
-DimLike = Union[Dim, int, str]
+DimLike = Dim | int | str
 
 
 def parse_dim(text: str) -> Dim:

@@ -26,7 +26,7 @@ class Arithmetic:
 
 
 FLOAT64 = Arithmetic(NumpyMath(), np.float64, lambda a: np.asarray(a, dtype=np.float64), lambda v, _dtype: v)
-_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+_REDUCE: dict[str, Callable[..., Any]] = {"sum": np.sum, "max": np.max, "min": np.min}
 
 
 def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], arithmetic: Arithmetic = FLOAT64) -> dict[str, np.ndarray]:
@@ -43,7 +43,7 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], arithmetic: Arithme
     """
     graph.check_bound()
     dims = graph.bindings
-    m, real = arithmetic.math, arithmetic.float_type
+    real = arithmetic.float_type
     values: list[np.ndarray] = []
     with np.errstate(all="ignore"):  # overflow and NaN are results here, compared by the callers
         for node in graph.nodes:

@@ -1,33 +1,20 @@
 """The NumPy-like tracing frontend: `Tensor` proxies that record operations into a GraphBuilder.
 
 Users write specs against `axon.spec` (which re-exports this module's functions). No tracing state is
-global: every `Tensor` knows the builder it belongs to.
+global: every `Tensor` knows the builder it belongs to. The declarations (`spec`, `tensor`) live in
+`axon.ir.declare` and are re-exported here.
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from axon.errors import SpecError
 from axon.ir.builder import GraphBuilder
-from axon.ir.dims import Dim, DimLike, parse_shape
-
-_AXON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _where() -> str:
-    """`file:line` of the innermost frame outside the axon package (the user's spec line)."""
-    frame = inspect.currentframe()
-    while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_AXON_DIR + os.sep) or os.sep + "workloads" + os.sep in filename:
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return ""
+from axon.ir.declare import SpecSignature, TensorDecl, signature_of, spec, tensor
+from axon.ir.declare import user_location as _where
+from axon.ir.dims import Dim, DimLike
 
 
 class Tensor:
@@ -155,11 +142,9 @@ _NUMPY_EQUIVALENTS = {
 }
 
 
-def _numpy_refused(name: str) -> None:
-    import axon.spec
-
+def _numpy_refused(name: str) -> NoReturn:
     equivalent = _NUMPY_EQUIVALENTS.get(name, name)
-    hint = f"use ax.{equivalent}" if hasattr(axon.spec, equivalent) else "it has no ax.* equivalent (see axon/spec.py)"
+    hint = f"use ax.{equivalent}" if equivalent in SPEC_NAMES else "it has no ax.* equivalent (see axon/spec.py)"
     raise SpecError(f"np.{name} applied to a traced tensor (at {_where()}): {hint}")
 
 
@@ -280,9 +265,11 @@ def power(x: Tensor, p: Any) -> Tensor:
     """`x ** p` for a constant exponent (2 becomes square, 0.5 sqrt, -0.5 rsqrt, -1 reciprocal)."""
     if not isinstance(p, (int, float)) or isinstance(p, bool):
         raise SpecError(f"power: the exponent must be a constant number, got {p!r} (at {_where()})")
-    special = {1: None, 2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "reciprocal"}
+    if p == 1:
+        return x
+    special = {2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "reciprocal"}
     if p in special:
-        return x if special[p] is None else _unary(special[p], x)
+        return _unary(special[p], x)
     return _node(x._b, "pow", [x], exponent=float(p))
 
 
@@ -392,74 +379,12 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
     return out
 
 
-# spec declaration -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SpecSignature:
-    """Input names with their declared (symbolic) shapes, in argument order, and declared value ranges."""
+# the spec language: the ops `axon.spec` exports (and nothing else is an op), then its declarations
+OPS = tuple(
+    """abs add cast concat concatenate dimsize divide exp gelu log matmul max
+    maximum mean min minimum multiply negative power reciprocal relu repeat reshape rsqrt
+    sigmoid silu split sqrt square subtract sum tanh transpose var""".split()
+)
+SPEC_NAMES = frozenset(OPS) | {"Tensor", "spec", "tensor"}
 
-    inputs: tuple[tuple[str, tuple[Dim, ...]], ...]
-    ranges: tuple[tuple[str, tuple[float, float]], ...] = ()
-
-
-@dataclass(frozen=True)
-class TensorDecl:
-    """A spec input declared with `tensor(shape, range=(lo, hi))`: its shape and the values it takes."""
-
-    shape: str
-    range: tuple[float, float] | None = None
-
-
-def tensor(shape: str, range: tuple[float, float] | None = None) -> TensorDecl:  # noqa: A002 - the user-facing word
-    """An input declaration with the range of values it takes (what floating-point checks assume).
-
-    >>> import axon.spec as ax
-    >>> @ax.spec(x=ax.tensor("M N", range=(-10, 10)))
-    ... def softmax(x):
-    ...     e = ax.exp(x - ax.max(x))
-    ...     return e / ax.sum(e)
-    """
-    if range is not None:
-        import math
-
-        if (
-            not isinstance(range, (tuple, list))
-            or len(range) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in range)
-            or not range[0] < range[1]
-        ):
-            raise SpecError(
-                f"tensor {shape!r}: range must be two finite numbers (lo, hi) with lo < hi, got {range!r} (at {_where()})"
-            )
-        range = (float(range[0]), float(range[1]))
-    return TensorDecl(shape, range)
-
-
-def spec(**shapes: str | TensorDecl) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare a spec function's tensor inputs and their shapes (a string, or `tensor(...)` with a range).
-
-    >>> import axon.spec as ax
-    >>> @ax.spec(x="M K", w="K N")
-    ... def proj(x, w):
-    ...     return ax.relu(x @ w)
-    """
-
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        params = list(inspect.signature(fn).parameters)
-        unknown = [name for name in shapes if name not in params]
-        if unknown:
-            raise SpecError(f"spec {fn.__name__}: declared input {unknown[0]!r} is not a parameter")
-        decls = {p: d if isinstance(d, TensorDecl) else TensorDecl(d) for p, d in shapes.items()}
-        ordered = tuple((p, parse_shape(decls[p].shape)) for p in params if p in decls)
-        ranges = tuple((p, decls[p].range) for p in params if p in decls and decls[p].range is not None)
-        fn.__axon_spec__ = SpecSignature(ordered, ranges)  # type: ignore[attr-defined]
-        return fn
-
-    return wrap
-
-
-def signature_of(fn: Callable[..., Any]) -> SpecSignature:
-    sig = getattr(fn, "__axon_spec__", None)
-    if sig is None:
-        name = getattr(fn, "__name__", repr(fn))
-        raise SpecError(f"{name} is not a spec: declare its inputs with @axon.spec.spec(x='M K', ...)")
-    return sig
+__all__ = ["OPS", "SPEC_NAMES", "SpecSignature", "Tensor", "TensorDecl", *OPS, "signature_of", "spec", "tensor"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 # The tanh-approximation of GELU, as in WORKLOADS.md.
 GELU_C = 0.7978845608028654  # sqrt(2 / pi)
 GELU_A = 0.044715
@@ -88,8 +90,6 @@ class NumpyMath:
     """The `m` namespace for float64 NumPy evaluation."""
 
     def __init__(self) -> None:
-        import numpy as np
-
         self.np = np
 
     def exp(self, x: Any) -> Any:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import os
 import traceback
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from axon.errors import SpecError
 from axon.ir.builder import GraphBuilder
-from axon.ir.frontend import Tensor, signature_of
+from axon.ir.frontend import OPS, Tensor, signature_of
 from axon.ir.graph import Graph, TensorType
 
 
@@ -52,15 +54,19 @@ def trace(
         names, values = (), (result,)
     if not values or not all(isinstance(v, Tensor) for v in values):
         raise SpecError(f"spec {fn.__name__} must return a traced tensor (or a tuple/dict of them), got {result!r}")
-    graph = builder.build([v._node for v in values], names)
-    if dims:
-        unknown = sorted(set(dims) - graph.symbols)
-        if unknown:
-            raise SpecError(
-                f"spec {fn.__name__} has no dimension {unknown[0]!r}; its dimensions are {', '.join(sorted(graph.symbols))}"
-            )
-        graph = graph.bind(**dims)
-    return graph
+    return bind_dims(builder.build([v._node for v in values], names), dims, fn.__name__)
+
+
+def bind_dims(graph: Graph, dims: Mapping[str, int], spec_name: str) -> Graph:
+    """`graph` with `dims` bound; a SpecError names a dimension the spec `spec_name` does not have."""
+    if not dims:
+        return graph
+    unknown = sorted(set(dims) - graph.symbols)
+    if unknown:
+        raise SpecError(
+            f"spec {spec_name} has no dimension {unknown[0]!r}; its dimensions are {', '.join(sorted(graph.symbols))}"
+        )
+    return graph.bind(**dims)
 
 
 def _check_unshaped(fn: Callable[..., Any], sig: Any) -> None:
@@ -77,17 +83,12 @@ def _check_unshaped(fn: Callable[..., Any], sig: Any) -> None:
 
 def _unknown_op(fn: Callable[..., Any], exc: AttributeError) -> None:
     """`ax.erf(x)`: an op the spec language does not have; a SpecError naming it and the user's line."""
-    import difflib
-
-    import axon.spec
-
-    if exc.obj is not axon.spec or not exc.name:
+    # the spec module itself is above this layer: it is recognized by name (it exports exactly OPS)
+    if not isinstance(exc.obj, types.ModuleType) or exc.obj.__name__ != "axon.spec" or not exc.name:
         return
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
-    ops = sorted(
-        n for n in dir(axon.spec) if n[:1].islower() and callable(getattr(axon.spec, n)) and n not in ("spec", "tensor")
-    )  # the declarations are not ops
+    ops = sorted(OPS)
     close = difflib.get_close_matches(exc.name, ops, n=1)
     hint = f"did you mean ax.{close[0]}? " if close else ""
     raise SpecError(

@@ -13,8 +13,8 @@ from axon.lower.baselines import expert_source, unfused, unfused_source
 from axon.lower.emit import emit
 from axon.lower.interpret import interpret
 from axon.lower.lowering import KNOB_DEFAULTS, Rejected, lower
-from axon.lower.passes import LoweringError
 from axon.lower.program import TileProgram
+from axon.lower.roles import LoweringError
 from axon.lower.space import Knob, Point, Space
 
 __all__ = [

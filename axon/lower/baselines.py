@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from axon.lower.emit import emit
+from axon.lower.expert import source
 from axon.lower.lowering import lower
 from axon.lower.program import TileProgram
 
@@ -30,6 +31,5 @@ def unfused_source(variant: Any, hw: Any) -> str:
 
 
 def expert_source(workload: str) -> str:
-    from axon.lower.expert import source
 
     return source(workload)

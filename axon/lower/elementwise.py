@@ -11,20 +11,20 @@ from typing import Any
 
 from axon.ir import Node
 from axon.ir.ops import BINARY, UNARY
-from axon.lower.lowering import ACT, ALU, PMAX, REDUCE, View, _is_scratch, _State, for_j, hbm_ref, rows_expr
-from axon.lower.passes import LoweringError
-from axon.lower.program import Affine, Expr, Instr, Loop, Ref, Stmt, tile_ref
+from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
+from axon.lower.roles import LoweringError
+from axon.lower.state import ACT, ALU, REDUCE, LoweringState, View, for_j, hbm_ref, is_scratch, j_off, rows_expr
 
 
-def out_dtype(st: _State, node: Node) -> str:
+def out_dtype(st: LoweringState, node: Node) -> str:
     g = st.graph
     if node.id in g.outputs:
         name = g.output_names[g.outputs.index(node.id)]
-        return "float32" if _is_scratch(name) else node.type.dtype
+        return "float32" if is_scratch(name) else node.type.dtype
     return "float32"
 
 
-def new_view(st: _State, node: Node, stem: str = "") -> View:
+def new_view(st: LoweringState, node: Node, stem: str = "") -> View:
     f = st.graph.concrete_shape(node.id)[-1]
     key = (st.mb * f, out_dtype(st, node))
     pool = st.__dict__.setdefault("pool", [])
@@ -41,7 +41,7 @@ def new_view(st: _State, node: Node, stem: str = "") -> View:
     return v
 
 
-def own(st: _State, name: str, size: int, dtype: str, base: Expr, rotates: bool = False) -> None:
+def own(st: LoweringState, name: str, size: int, dtype: str, base: Expr, rotates: bool = False) -> None:
     """Record `name` as a slot this block may recycle: `size` elements per partition at `base`.
 
     A rotating multi-buffered load is one slot whose base moves with the row block, so a value that
@@ -53,17 +53,17 @@ def own(st: _State, name: str, size: int, dtype: str, base: Expr, rotates: bool 
         st.__dict__.setdefault("rotating", set()).add(name)
 
 
-def owned(st: _State) -> dict[str, tuple[int, str, Expr]]:
+def owned(st: LoweringState) -> dict[str, tuple[int, str, Expr]]:
     return st.__dict__.setdefault("slots", {})
 
 
-def whole_slot(st: _State, v: View) -> bool:
+def whole_slot(st: LoweringState, v: View) -> bool:
     """Whether view `v` covers the whole of an owned slot (not a slice of one)."""
     slot = owned(st).get(v.tensor)
     return slot is not None and v.base == slot[2] and v.width == v.jstride and st.mb * v.width == slot[0]
 
 
-def operand(st: _State, nid: int, j: Expr) -> tuple[str, Any]:
+def operand(st: LoweringState, nid: int, j: Expr) -> tuple[str, Any]:
     """("full"|"vec", Ref), ("bcast", Ref) or ("scalar", float)."""
     role = st.roles.role[nid]
     if role == "scalar":
@@ -75,7 +75,7 @@ def operand(st: _State, nid: int, j: Expr) -> tuple[str, Any]:
     return ("vec" if v.width == 1 else "full"), v.ref(j, st.tm)
 
 
-def load_input(st: _State, node: Node) -> list[Stmt]:
+def load_input(st: LoweringState, node: Node) -> list[Stmt]:
     g = st.graph
     shape = g.concrete_shape(node.id)
     f = shape[-1]
@@ -89,18 +89,18 @@ def load_input(st: _State, node: Node) -> list[Stmt]:
 
     def body(j: Expr) -> list[Stmt]:
         src = hbm_ref(st, node.attr("name"), st.roles.bmap[node.id], rows_expr(st, j), st.tm, 0, f, shape)
-        return [Instr("dma_copy", "dma", v.ref(j, st.tm), (("src", src),), f"load {node.attr('name')}")]
+        return [TileInstr("dma_copy", "dma", v.ref(j, st.tm), (("src", src),), f"load {node.attr('name')}")]
 
     return for_j(st, body)
 
 
-def load_transposed(st: _State, node: Node) -> list[Stmt]:
+def load_transposed(st: LoweringState, node: Node) -> list[Stmt]:
     """transpose(X) of an HBM input as a row tile: DMA transpose, or load + TensorE transpose."""
     g = st.graph
     x = g.nodes[node.inputs[0]]
     xshape = g.concrete_shape(x.id)
     f = g.concrete_shape(node.id)[-1]  # = rows of X
-    cs = min(PMAX, f)
+    cs = min(st.pmax, f)
     if f % cs:
         raise LoweringError(f"{g.name}: transpose of {x.attr('name')}: {f} rows not a multiple of {cs}")
     v = new_view(st, node)
@@ -108,45 +108,39 @@ def load_transposed(st: _State, node: Node) -> list[Stmt]:
     use_dma = st.knobs["transpose"] == "dma"
     if not use_dma:
         raw = st.tile(f"{x.attr('name')}_raw", cs, st.tm, x.type.dtype)
-        pt = st.tile("transpose_psum", PMAX, 512, "float32", "psum")
+        pt = st.tile("transpose_psum", st.pmax, st.bank, "float32", "psum")
 
     def body(j: Expr) -> list[Stmt]:
         c0 = Expr.of(Affine.of("i_c") * cs)
         src = hbm_ref(st, x.attr("name"), bmap, c0, cs, rows_expr(st, j), st.tm, xshape)
         dst = tile_ref(v.tensor, 0, st.tm, v.base + _joff(j, f) + c0, cs)
         if use_dma:
-            inner = [Instr("dma_transpose", "dma", dst, (("src", src),), f"{x.attr('name')} transposed by DMA")]
+            inner = [TileInstr("dma_transpose", "dma", dst, (("src", src),), f"{x.attr('name')} transposed by DMA")]
         else:
             inner = [
-                Instr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, st.tm), (("src", src),)),
-                Instr(
+                TileInstr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, st.tm), (("src", src),)),
+                TileInstr(
                     "nc_transpose",
                     "tensor",
                     tile_ref(pt.name, 0, st.tm, 0, cs),
                     (("data", tile_ref(raw.name, 0, cs, 0, st.tm)),),
                 ),
-                Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, st.tm, 0, cs)),)),
+                TileInstr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, st.tm, 0, cs)),)),
             ]
-        return [Loop("i_c", f // cs, tuple(inner), "transpose_chunk")]
+        return [TileLoop("i_c", f // cs, tuple(inner), "transpose_chunk")]
 
     return for_j(st, body)
 
 
 def _joff(j: Expr, stride: int) -> Expr:
-    from axon.lower.lowering import j_off
-
     return j_off(j, stride)
 
 
-def lower_node(st: _State, node: Node) -> list[Stmt]:
+def lower_node(st: LoweringState, node: Node) -> list[Stmt]:
     g = st.graph
     op = node.op
     if node.id in st.__dict__.get("internal", ()):
         return []  # computed inside its fused group's instruction sequence
-    if node.id in st.__dict__.get("groups", {}):
-        from axon.lower.fused import lower_group
-
-        return lower_group(st, node)
     if op == "input":
         if _only_matmul_left(st, node) and st.knobs["transpose"] == "dma":
             return []  # the matmul reads it with a DMA transpose
@@ -166,11 +160,12 @@ def lower_node(st: _State, node: Node) -> list[Stmt]:
         v = new_view(st, node)
 
         def cbody(j: Expr) -> list[Stmt]:
-            out, at = [], 0
+            out: list[Stmt] = []
+            at = 0
             for i in node.inputs:
                 w = g.concrete_shape(i)[-1]
                 out.append(
-                    Instr(
+                    TileInstr(
                         "tensor_copy", "vector", v.ref(j, st.tm, at, w), (("src", st.views[i].ref(j, st.tm)),), "concat"
                     )
                 )
@@ -182,7 +177,7 @@ def lower_node(st: _State, node: Node) -> list[Stmt]:
     return for_j(st, lambda j: [single_instruction(st, node, v.ref(j, st.tm), j)])
 
 
-def reuse_operand_tile(st: _State, node: Node) -> View | None:
+def reuse_operand_tile(st: LoweringState, node: Node) -> View | None:
     """Write in place over an operand slot that nothing else reads again (keeps big rows within SBUF)."""
     f = st.graph.concrete_shape(node.id)[-1]
     for i in node.inputs:
@@ -193,7 +188,7 @@ def reuse_operand_tile(st: _State, node: Node) -> View | None:
     return None
 
 
-def slot_dies(st: _State, v: View, readers: set[int]) -> bool:
+def slot_dies(st: LoweringState, v: View, readers: set[int]) -> bool:
     """Whether the whole owned slot under view `v` is dead once `readers` have read it: no value
     in it is an output or has a reader other than `readers` that is not emitted yet."""
     if not whole_slot(st, v):
@@ -209,18 +204,18 @@ def slot_dies(st: _State, v: View, readers: set[int]) -> bool:
     )
 
 
-def _only_matmul_left(st: _State, node: Node) -> bool:
+def _only_matmul_left(st: LoweringState, node: Node) -> bool:
     users = [u for u in st.graph.nodes if node.id in u.inputs]
     return bool(users) and all(u.op == "matmul" and u.inputs[0] == node.id and u.inputs[1] != node.id for u in users)
 
 
-def single_instruction(st: _State, node: Node, dst: Ref, j: Expr) -> Instr:
+def single_instruction(st: LoweringState, node: Node, dst: Ref, j: Expr) -> TileInstr:
     """The one-instruction lowering of an elementwise op or a reduction."""
     op = node.op
     ops = [operand(st, i, j) for i in node.inputs]
     if op == "reduce":
         kind, ref = ops[0]
-        return Instr(
+        return TileInstr(
             "tensor_reduce",
             "vector",
             dst,
@@ -228,9 +223,9 @@ def single_instruction(st: _State, node: Node, dst: Ref, j: Expr) -> Instr:
             f"%{node.id} {node.attr('kind')}",
         )
     if op in ("cast",):
-        return Instr("tensor_copy", "vector", dst, (("src", ops[0][1]),), f"%{node.id} cast")
+        return TileInstr("tensor_copy", "vector", dst, (("src", ops[0][1]),), f"%{node.id} cast")
     if op == "pow":
-        return Instr(
+        return TileInstr(
             "tensor_scalar",
             "vector",
             dst,
@@ -240,22 +235,24 @@ def single_instruction(st: _State, node: Node, dst: Ref, j: Expr) -> Instr:
     if op in UNARY:
         ref = ops[0][1]
         if op == "neg":
-            return Instr(
+            return TileInstr(
                 "activation", "scalar", dst, (("op", "nl.copy"), ("data", ref), ("scale", -1.0)), f"%{node.id} neg"
             )
-        return Instr("activation", "scalar", dst, (("op", ACT[op]), ("data", ref)), f"%{node.id} {op}")
+        return TileInstr("activation", "scalar", dst, (("op", ACT[op]), ("data", ref)), f"%{node.id} {op}")
     if op in BINARY:
         (ka, a), (kb, b) = ops
         alu = ALU[op]
         wide = {"full", "bcast"}
         if ka in wide and kb in wide or ka == kb == "vec":
-            return Instr("tensor_tensor", "vector", dst, (("data1", a), ("data2", b), ("op", alu)), f"%{node.id} {op}")
+            return TileInstr(
+                "tensor_tensor", "vector", dst, (("data1", a), ("data2", b), ("op", alu)), f"%{node.id} {op}"
+            )
         if ka in wide or (ka == "vec" and kb == "scalar"):
-            return Instr(
+            return TileInstr(
                 "tensor_scalar", "vector", dst, (("data", a), ("op0", alu), ("operand0", b)), f"%{node.id} {op}"
             )
         if kb in wide or (kb == "vec" and ka == "scalar"):
-            return Instr(
+            return TileInstr(
                 "tensor_scalar",
                 "vector",
                 dst,
@@ -265,7 +262,7 @@ def single_instruction(st: _State, node: Node, dst: Ref, j: Expr) -> Instr:
     raise LoweringError(f"{st.graph.name}: no instruction for %{node.id} {op} on {[k for k, _ in ops]}")
 
 
-def release(st: _State, done: set[int]) -> None:
+def release(st: LoweringState, done: set[int]) -> None:
     """Return owned tiles whose every reader has been emitted to the pool (`done`: emitted nodes)."""
     g = st.graph
     slots = owned(st)
@@ -275,7 +272,7 @@ def release(st: _State, done: set[int]) -> None:
         users = [u.id for u in g.nodes if nid in u.inputs]
         if nid in g.outputs or nid not in done or any(u not in done for u in users):
             live.add(v.tensor)
-    for nid, v in list(st.views.items()):
+    for v in list(st.views.values()):
         if v.tensor in slots and v.tensor not in live and all(e[0] != v.tensor for e in pool):
             size, dtype, base = slots[v.tensor]
             pool.append((v.tensor, (size, dtype), base))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from axon.lower.program import Alloc, Comment, Free, Instr, Loop, Ref, Stmt, Tensor, TileProgram
+from axon.lower.program import Comment, Free, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram
 
 _DT = {
     "float32": "nl.float32",
@@ -37,7 +37,7 @@ def _ndarray(t: Tensor, buffer: str) -> str:
     return f"{t.name} = nl.ndarray({shape}, dtype={_DT[t.dtype]}, buffer={buffer})"
 
 
-def _instr(ins: Instr) -> str:
+def _instr(ins: TileInstr) -> str:
     args = [f"dst={ins.dst.render()}"] + [f"{k}={_value(v)}" for k, v in ins.args]
     text = f"nisa.{ins.opcode}({', '.join(args)})"
     return text + (f"  # {ins.comment}" if ins.comment else "")
@@ -50,11 +50,11 @@ def _body(stmts: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}# {s.text}")
         elif isinstance(s, Free):
             lines.append(f"{pad}del {', '.join(s.names)}  # end of pass: release its SBUF/PSUM")
-        elif isinstance(s, Alloc):
+        elif isinstance(s, TileAlloc):
             lines.append(pad + _ndarray(s.tensor, _BUF[s.tensor.buffer]))
-        elif isinstance(s, Instr):
+        elif isinstance(s, TileInstr):
             lines.append(pad + _instr(s))
-        elif isinstance(s, Loop):
+        elif isinstance(s, TileLoop):
             note = f"  # {s.name}" if s.name else ""
             lines.append(f"{pad}for {s.var} in nl.affine_range({s.extent}):{note}")
             _body(s.body, depth + 1, lines)

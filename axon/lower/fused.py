@@ -1,6 +1,6 @@
 """Fused elementwise groups lowered as the instruction sequence chosen among verified alternatives.
 
-`axon.synth.isel` proves the alternatives; here each `Step` becomes an `Instr` on row tiles: a step
+`axon.synth.isel` proves the alternatives; here each `Step` becomes an `TileInstr` on row tiles: a step
 over full tiles writes a [P, F] tile, one over per-row vectors a [P, 1] tile, reductions write their
 [P, 1] result through `reduce_res` (activation_reduce, tensor_scalar_reduce) or `tensor_reduce`.
 Which alternative a point uses is its `isel.g<sink>` knob (default 0: fewest instructions).
@@ -8,11 +8,16 @@ Which alternative a point uses is its `isel.g<sink>` knob (default 0: fewest ins
 
 from __future__ import annotations
 
+import dataclasses
+from collections import OrderedDict
 from typing import Any
 
 from axon.ir import Graph
-from axon.lower.lowering import _State, for_j, j_off
-from axon.lower.program import Expr, Instr, Ref, Stmt, tile_ref
+from axon.lower.elementwise import new_view, operand, out_dtype, own, slot_dies
+from axon.lower.groups import fused_groups
+from axon.lower.program import Expr, Ref, Stmt, TileInstr, tile_ref
+from axon.lower.state import LoweringState, for_j, j_off
+from axon.synth.isel import synthesize_instructions
 
 _ENGINE_ARG = {"scalar": "nisa.scalar_engine", "gpsimd": "nisa.gpsimd_engine"}
 _RED = {"add": "nl.add", "max": "nl.maximum", "min": "nl.minimum", "multiply": "nl.multiply"}
@@ -28,8 +33,6 @@ def alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
 
 
 def _alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
-    from axon.synth.isel import fused_groups
-
     for grp in fused_groups(graph):
         if grp.sink == sink:
             local = {n: i for i, n in enumerate(list(grp.nodes) + [l.node for l in grp.leaves])}
@@ -50,20 +53,25 @@ def _alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
     return ()
 
 
-_SEARCHED: dict[Any, tuple[Any, ...]] = {}  # explicit memo of a pure search, keyed by group structure
+# A pure search, memoized by group structure and bounded (a long sweep meets many structures): any
+# group of one structure gives the same result once relabelled, so the group is not in the key.
+_SEARCHED: OrderedDict[Any, tuple[Any, ...]] = OrderedDict()
+_SEARCH_CACHE = 1024
 
 
 def _search(sig: Any, grp: Any) -> tuple[Any, ...]:
-    from axon.synth.isel import synthesize_instructions
-
-    if sig not in _SEARCHED:
-        local = {n: i for i, n in enumerate(list(grp.nodes) + [l.node for l in grp.leaves])}
-        _SEARCHED[sig] = tuple(_relabel(a, local) for a in synthesize_instructions(grp))
-    return _SEARCHED[sig]
+    if sig in _SEARCHED:
+        _SEARCHED.move_to_end(sig)
+        return _SEARCHED[sig]
+    local = {n: i for i, n in enumerate(list(grp.nodes) + [l.node for l in grp.leaves])}
+    found = tuple(_relabel(a, local) for a in synthesize_instructions(grp))
+    _SEARCHED[sig] = found
+    if len(_SEARCHED) > _SEARCH_CACHE:
+        _SEARCHED.popitem(last=False)
+    return found
 
 
 def _relabel(alt: Any, mapping: dict[int, int]) -> Any:
-    import dataclasses
 
     def arg(v: Any) -> Any:
         return ("in", mapping[v[1]]) if isinstance(v, tuple) and v[0] == "in" else v
@@ -74,7 +82,6 @@ def _relabel(alt: Any, mapping: dict[int, int]) -> Any:
 
 def groups_of(graph: Graph) -> list[Any]:
     """Groups worth synthesizing: several ops, a reduction, or an op reading a matmul result."""
-    from axon.synth.isel import fused_groups
 
     def reads_matmul(g: Any) -> bool:
         return any(graph.nodes[l.node].op == "matmul" for l in g.leaves)
@@ -84,7 +91,7 @@ def groups_of(graph: Graph) -> list[Any]:
     ]
 
 
-def plan_groups(st: _State, origin: tuple[int, ...]) -> None:
+def plan_groups(st: LoweringState, origin: tuple[int, ...]) -> None:
     """Record, per group sink, the chosen alternative; internal nodes are then skipped."""
     chosen: dict[int, tuple[Any, Any]] = {}
     internal: set[int] = set()
@@ -102,7 +109,7 @@ def plan_groups(st: _State, origin: tuple[int, ...]) -> None:
 
 
 def _arg(
-    st: _State, v: Any, j: Expr, results: list[Ref], window: tuple[Expr, int] | None, override: dict[int, Ref]
+    st: LoweringState, v: Any, j: Expr, results: list[Ref], window: tuple[Expr, int] | None, override: dict[int, Ref]
 ) -> Any:
     if isinstance(v, tuple) and v[0] == "in":
         if v[1] in override:
@@ -111,8 +118,6 @@ def _arg(
             return st.bcast[v[1]].ref(Expr.of(0), st.tm, window[0], window[1])
         if window is not None and st.views[v[1]].width > 1:
             return st.views[v[1]].ref(j, st.tm, window[0], window[1])
-        from axon.lower.elementwise import operand
-
         return operand(st, v[1], j)[1]
     if isinstance(v, tuple) and v[0] == "step":
         return results[v[1]]
@@ -121,7 +126,7 @@ def _arg(
     return v
 
 
-def _is_full(st: _State, step: Any, kinds: dict[Any, str]) -> bool:
+def _is_full(st: LoweringState, step: Any, kinds: dict[Any, str]) -> bool:
     for _, v in step.args:
         if isinstance(v, tuple) and v[0] == "in" and kinds.get(v[1]) in ("full", "bcast"):
             return True
@@ -130,7 +135,7 @@ def _is_full(st: _State, step: Any, kinds: dict[Any, str]) -> bool:
     return False
 
 
-def fusable_evacuation(st: _State, mm: int) -> Any | None:
+def fusable_evacuation(st: LoweringState, mm: int) -> Any | None:
     """The group that may consume matmul `mm` straight from PSUM, tile by tile (None if none).
 
     Allowed when the matmul has one reader, a chosen group whose every value is elementwise over
@@ -155,7 +160,7 @@ def fusable_evacuation(st: _State, mm: int) -> Any | None:
     return None
 
 
-def prepare_group(st: _State, sink_node: Any) -> Any:
+def prepare_group(st: LoweringState, sink_node: Any) -> Any:
     """Allocate the group's tiles; returns `emit(j, window=None, override={})` giving its instructions.
 
     Every value a step writes goes into a slot that is dead by then: a full-width operand of the
@@ -163,8 +168,6 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
     step result already consumed, or a new tile. The sink takes over a dying operand's slot when it
     can (so the result rotates with a multi-buffered load), and the discarded elementwise output of
     a fused reduction lands in a dead slot or in the sink's tile before the sink is written."""
-    from axon.lower.elementwise import new_view, out_dtype
-
     grp, alt = st.__dict__["groups"][sink_node.id]
     g = st.graph
     f = max(g.concrete_shape(i)[-1] for i in list(grp.nodes) + [l.node for l in grp.leaves] if g.concrete_shape(i))
@@ -244,7 +247,7 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
                 args.append(("engine", _ENGINE_ARG[step.engine]))
             if step.opcode == "tensor_reduce":
                 args += [("axis", 1), ("keepdims", True)]
-            out.append(Instr(step.opcode, step.engine, dst, tuple(args), comment if i == 0 else ""))
+            out.append(TileInstr(step.opcode, step.engine, dst, tuple(args), comment if i == 0 else ""))
             results.append(dict(args)["reduce_res"] if "reduce_res" in dict(args) else dst)
         return out
 
@@ -252,10 +255,8 @@ def prepare_group(st: _State, sink_node: Any) -> Any:
     return emit
 
 
-def _dying_leaves(st: _State, grp: Any, f: int) -> dict[int, Any]:
+def _dying_leaves(st: LoweringState, grp: Any, f: int) -> dict[int, Any]:
     """Full-width operands of the group whose slot nothing outside the group reads again."""
-    from axon.lower.elementwise import slot_dies
-
     readers = set(grp.nodes)
     out: dict[int, Any] = {}
     for leaf in dict.fromkeys(l.node for l in grp.leaves):
@@ -265,7 +266,7 @@ def _dying_leaves(st: _State, grp: Any, f: int) -> dict[int, Any]:
     return out
 
 
-def lower_group(st: _State, sink_node: Any) -> list[Stmt]:
+def lower_group(st: LoweringState, sink_node: Any) -> list[Stmt]:
     if sink_node.id in st.__dict__.get("evacuated", ()):
         return []  # already computed while its matmul's PSUM tiles were evacuated
     emit = prepare_group(st, sink_node)
@@ -274,7 +275,7 @@ def lower_group(st: _State, sink_node: Any) -> list[Stmt]:
     return stmts
 
 
-def _borrow(st: _State, stem: str, free: int, borrowed: list, stride: int) -> tuple[str, Expr, int]:
+def _borrow(st: LoweringState, stem: str, free: int, borrowed: list, stride: int) -> tuple[str, Expr, int]:
     """A float32 [tm, free] slot: a dead one from the pool when one fits, else a new tile.
 
     Returns (tile, base, stride): row tile j of the slot starts at base + j * stride."""
@@ -284,8 +285,6 @@ def _borrow(st: _State, stem: str, free: int, borrowed: list, stride: int) -> tu
             pool.remove(entry)
             borrowed.append(entry)
             return entry[0], entry[2], stride
-    from axon.lower.elementwise import own
-
     t = st.tile(stem, st.tm, free, "float32")
     own(st, t.name, free, "float32", Expr.of(0))
     borrowed.append((t.name, (free, "float32"), Expr.of(0)))

@@ -8,14 +8,15 @@ The op meanings come from `axon.ir.ops` (the same definitions the reference uses
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from axon.errors import NKIError
 from axon.ir.ops import BINARY, UNARY, NumpyMath
-from axon.lower.program import Alloc, Comment, Free, Instr, Loop, Ref, Stmt, Tensor, TileProgram
+from axon.lower.program import Comment, Free, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram
 
 _M = NumpyMath()
 _ACT = {"nl.copy": lambda x: x, "nl.gelu_apprx_tanh": lambda x: UNARY["gelu"](_M, x)}
@@ -27,13 +28,12 @@ _ALU = {
     "nl.maximum": "maximum",
     "nl.minimum": "minimum",
 }
-_RED = {"nl.add": np.sum, "nl.maximum": np.max, "nl.minimum": np.min}
+_RED: dict[str, Callable[..., Any]] = {"nl.add": np.sum, "nl.maximum": np.max, "nl.minimum": np.min}
 
 
 def np_dtype(dtype: str) -> Any:
     if dtype == "float32":
         return np.float32
-    import ml_dtypes
 
     return {
         "bfloat16": ml_dtypes.bfloat16,
@@ -94,12 +94,12 @@ class _Machine:
 
     def run(self, stmts: tuple[Stmt, ...], env: dict[str, int]) -> None:
         for s in stmts:
-            if isinstance(s, Alloc):
+            if isinstance(s, TileAlloc):
                 self.alloc(s.tensor)
-            elif isinstance(s, Loop):
+            elif isinstance(s, TileLoop):
                 for i in range(s.extent):
                     self.run(s.body, {**env, s.var: i})
-            elif isinstance(s, Instr):
+            elif isinstance(s, TileInstr):
                 self.execute(s, env)
             elif isinstance(s, Free):
                 for n in s.names:
@@ -107,7 +107,7 @@ class _Machine:
             elif not isinstance(s, Comment):  # pragma: no cover
                 raise TypeError(s)
 
-    def execute(self, ins: Instr, env: Mapping[str, int]) -> None:
+    def execute(self, ins: TileInstr, env: Mapping[str, int]) -> None:
         a = {k: self.operand(v, env) for k, v in ins.args}
         op = ins.opcode
         with np.errstate(all="ignore"):

@@ -11,31 +11,31 @@ The first K tile is peeled so that it starts the accumulation group (`accumulate
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from axon.ir import Node
 from axon.lower.elementwise import new_view, out_dtype
-from axon.lower.lowering import PMAX, Rejected, _State, for_j, hbm_ref, j_off, rows_expr
-from axon.lower.passes import Weight
-from axon.lower.program import Affine, Expr, Instr, Loop, Ref, Stmt, tile_ref
+from axon.lower.fused import fusable_evacuation, prepare_group
+from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
+from axon.lower.roles import Weight
+from axon.lower.state import LoweringState, Rejected, for_j, hbm_ref, j_off, rows_expr
 
-BANK = 512
 
-
-def _dims(st: _State, node: Node) -> tuple[int, int, int, int]:
+def _dims(st: LoweringState, node: Node) -> tuple[int, int, int, int]:
     g = st.graph
     k = g.concrete_shape(node.inputs[0])[-1]
     n = g.concrete_shape(node.id)[-1]
-    tk = min(int(st.knobs["tile_k"]), k, PMAX)
+    tk = min(int(st.knobs["tile_k"]), k, st.pmax)
     if k % tk:
         raise Rejected(f"tile_k: contraction {k} of %{node.id} is not a multiple of tile_k={tk}")
     return k, n, tk, k // tk
 
 
-def _weight_dtype(st: _State, w: Weight) -> str:
+def _weight_dtype(st: LoweringState, w: Weight) -> str:
     return st.graph.input(w.input).type.dtype
 
 
-def prepare_weights(st: _State, mm: int) -> list[Stmt]:
+def prepare_weights(st: LoweringState, mm: int) -> list[Stmt]:
     """Per-batch weight preparation (resident or transposed weights); nothing for streamed ones."""
     g = st.graph
     node = g.nodes[mm]
@@ -54,7 +54,7 @@ def prepare_weights(st: _State, mm: int) -> list[Stmt]:
         kt = Affine.of("i_k")
         tile = tile_ref(res.name, 0, tk, Expr.of(kt * n), n)
         body: tuple[Stmt, ...] = (
-            Instr(
+            TileInstr(
                 "dma_copy",
                 "dma",
                 tile,
@@ -62,40 +62,42 @@ def prepare_weights(st: _State, mm: int) -> list[Stmt]:
                 f"{w.input} resident",
             ),
         ) + _scaled(st, mm, tile, Expr.of(kt))
-        return scale + [Loop("i_k", nk, body, "weight_k")]
+        return scale + [TileLoop("i_k", nk, body, "weight_k")]
     # W = Y.T with Y [.., N, K] in HBM: chunks of <= 128 rows of Y become columns of W
-    cs = min(PMAX, n)
+    cs = min(st.pmax, n)
     if n % cs:
         raise Rejected(f"transpose: {n} rows of {w.input} are not a multiple of {cs}")
     c, kt = Affine.of("i_c"), Affine.of("i_k")
     dst = tile_ref(res.name, 0, tk, Expr.of(kt * n) + c * cs, cs)
     src = hbm_ref(st, w.input, w.bmap, Expr.of(c * cs), cs, Expr.of(kt * tk), tk, src_shape)
     if st.knobs["transpose"] == "dma":
-        inner: list[Stmt] = [Instr("dma_transpose", "dma", dst, (("src", src),), f"{w.input}.T by DMA")]
+        inner: list[Stmt] = [TileInstr("dma_transpose", "dma", dst, (("src", src),), f"{w.input}.T by DMA")]
     else:
         raw = st.tile(f"{w.input}_chunk", cs, tk, dt)
-        pt = st.tile("wT_psum", PMAX, BANK, "float32", "psum")
+        pt = st.tile("wT_psum", st.pmax, st.bank, "float32", "psum")
         inner = [
-            Instr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, tk), (("src", src),)),
-            Instr(
+            TileInstr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, tk), (("src", src),)),
+            TileInstr(
                 "nc_transpose",
                 "tensor",
                 tile_ref(pt.name, 0, tk, 0, cs),
                 (("data", tile_ref(raw.name, 0, cs, 0, tk)),),
                 f"{w.input}.T on TensorE",
             ),
-            Instr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, tk, 0, cs)),)),
+            TileInstr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, tk, 0, cs)),)),
         ]
-    out = scale + [Loop("i_c", n // cs, (Loop("i_k", nk, tuple(inner), "weight_k"),), "weight_chunk")]
+    out = scale + [TileLoop("i_c", n // cs, (TileLoop("i_k", nk, tuple(inner), "weight_k"),), "weight_chunk")]
     if w.scale is not None:
         kt = Affine.of("i_k")
         out.append(
-            Loop("i_k", nk, _scaled(st, mm, tile_ref(res.name, 0, tk, Expr.of(kt * n), n), Expr.of(kt)), "weight_scale")
+            TileLoop(
+                "i_k", nk, _scaled(st, mm, tile_ref(res.name, 0, tk, Expr.of(kt * n), n), Expr.of(kt)), "weight_scale"
+            )
         )
     return out
 
 
-def _scale_column(st: _State, mm: int, w: Weight, k: int, tk: int, nk: int) -> list[Stmt]:
+def _scale_column(st: LoweringState, mm: int, w: Weight, k: int, tk: int, nk: int) -> list[Stmt]:
     """Load the [K] scale of a scaled weight as one column per K tile: g_col[p, t] = g[t * tk + p]."""
     if w.scale is None:
         return []
@@ -104,11 +106,11 @@ def _scale_column(st: _State, mm: int, w: Weight, k: int, tk: int, nk: int) -> l
     kt = Affine.of("i_k")
     src = Ref(w.scale, ((Expr.of(kt * tk), tk), (Expr.of(0), 1)), (k, 1))
     return [
-        Loop(
+        TileLoop(
             "i_k",
             nk,
             (
-                Instr(
+                TileInstr(
                     "dma_copy",
                     "dma",
                     tile_ref(col.name, 0, tk, Expr.of(kt), 1),
@@ -121,23 +123,27 @@ def _scale_column(st: _State, mm: int, w: Weight, k: int, tk: int, nk: int) -> l
     ]
 
 
-def _scaled(st: _State, mm: int, tile: Ref, kt: Expr) -> tuple[Stmt, ...]:
+def _scaled(st: LoweringState, mm: int, tile: Ref, kt: Expr) -> tuple[Stmt, ...]:
     """Row k of a weight K tile times its scale (a per-partition operand), in place; nothing unscaled."""
     col = st.__dict__.get("wscale", {}).get(mm)
     if col is None:
         return ()
     return (
-        Instr(
+        TileInstr(
             "tensor_scalar",
             "vector",
             tile,
-            (("data", tile), ("op0", "nl.multiply"), ("operand0", tile_ref(col, 0, tile.index[0][1], kt, 1))),
+            (
+                ("data", tile),
+                ("op0", "nl.multiply"),
+                ("operand0", tile_ref(col, 0, cast(int, tile.index[0][1]), kt, 1)),
+            ),
             "scale the weight's rows",
         ),
     )
 
 
-def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
+def _stationary(st: LoweringState, node: Node, dt: str) -> list[Stmt]:
     """A^T tiles for every row tile j and k tile of the row operand, once per row block."""
     g = st.graph
     a = node.inputs[0]
@@ -165,13 +171,13 @@ def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
             src = hbm_ref(
                 st, src_node.attr("name"), st.roles.bmap[src_node.id], rows, tm, Expr.of(kt * tk), tk, shape, True
             )
-            inner: list[Stmt] = [Instr("dma_copy", "dma", dst, (("src", src),), "stationary, no transpose needed")]
+            inner: list[Stmt] = [TileInstr("dma_copy", "dma", dst, (("src", src),), "stationary, no transpose needed")]
         elif a not in st.views:  # an HBM input read only here
             src = hbm_ref(st, src_node.attr("name"), st.roles.bmap[a], rows, tm, Expr.of(kt * tk), tk, shape)
-            inner = [Instr("dma_transpose", "dma", dst, (("src", src),), "stationary by DMA transpose")]
+            inner = [TileInstr("dma_transpose", "dma", dst, (("src", src),), "stationary by DMA transpose")]
         else:
             pt = st.__dict__.get("pt") or st.tile(
-                "transpose_psum", PMAX, BANK, "float32", "psum", tiles=pbufs if pbufs > 1 else 0
+                "transpose_psum", st.pmax, st.bank, "float32", "psum", tiles=pbufs if pbufs > 1 else 0
             )
             st.__dict__["pt"] = pt
             view = st.views[a]
@@ -182,15 +188,15 @@ def _stationary(st: _State, node: Node, dt: str) -> list[Stmt]:
                 else tile_ref(pt.name, 0, tk, 0, tm)
             )
             inner = [
-                Instr("nc_transpose", "tensor", tp, (("data", data),), "stationary on TensorE"),
-                Instr("tensor_copy", "vector", dst, (("src", tp),)),
+                TileInstr("nc_transpose", "tensor", tp, (("data", data),), "stationary on TensorE"),
+                TileInstr("tensor_copy", "vector", dst, (("src", tp),)),
             ]
-        return [Loop("i_k", nk, tuple(inner), "stationary_k")]
+        return [TileLoop("i_k", nk, tuple(inner), "stationary_k")]
 
     return for_j(st, body)
 
 
-def lower_matmul(st: _State, node: Node) -> list[Stmt]:
+def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
     g = st.graph
     w = st.roles.weight[node.id]
     k, n, tk, nk = _dims(st, node)
@@ -198,9 +204,9 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
     wdt = _weight_dtype(st, w)
     out: list[Stmt] = _stationary(st, node, wdt)
     aT = st.transposed[node.inputs[0]]
-    aT_base = st.tbase[node.inputs[0]]
-    tn = min(int(st.knobs["tile_n"]), n, BANK)
-    kind, res = st.wplan[node.id]
+    aT_base = st.__dict__["tbase"][node.inputs[0]]
+    tn = min(int(st.knobs["tile_n"]), n, st.bank)
+    kind, res = st.__dict__["wplan"][node.id]
     bufs = max(1, int(st.knobs["bufs"]))
     pbufs = max(1, int(st.knobs.get("psum_bufs", 1)))
     order = str(st.knobs.get("loop_order", "nk"))
@@ -211,9 +217,7 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
     ntiles = pbufs * mb * group
     # streamed moving tiles: `bufs` rotating buffers, each one n tile wide (or one group wide under K-outer order)
     wt = st.tile(f"{w.input}_tile", tk, bufs * group * tn, wdt) if kind == "stream" else None
-    ps = st.tile(f"t{node.id}_psum", tm, BANK, "float32", "psum", tiles=ntiles if ntiles > 1 else 0)
-    from axon.lower.fused import fusable_evacuation, prepare_group
-
+    ps = st.tile(f"t{node.id}_psum", tm, st.bank, "float32", "psum", tiles=ntiles if ntiles > 1 else 0)
     consumer = fusable_evacuation(st, node.id)
     group_emit = prepare_group(st, consumer) if consumer is not None else None
     if consumer is not None:
@@ -260,7 +264,7 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
         def mm(j: Expr) -> list[Stmt]:
             stationary = tile_ref(aT, 0, tk, aT_base + j_off(j, nk * tm) + _scale(kt, tm), tm)
             return [
-                Instr(
+                TileInstr(
                     "nc_matmul",
                     "tensor",
                     acc(j),
@@ -273,9 +277,10 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
     def k_step(n0: Expr, width: int, kt: Expr, nvar: Expr, first: bool) -> list[Stmt]:
         stmts: list[Stmt] = []
         if kind == "stream":
+            assert wt is not None  # a streamed weight has its rotating tile
             moving = tile_ref(wt.name, 0, tk, rotation(nvar, kt, tn), width)
             src = hbm_ref(st, w.input, w.bmap, _scale(kt, tk), tk, n0, width, w_shape)
-            stmts.append(Instr("dma_copy", "dma", moving, (("src", src),), f"{w.input} tile"))
+            stmts.append(TileInstr("dma_copy", "dma", moving, (("src", src),), f"{w.input} tile"))
             stmts.extend(_scaled(st, node.id, moving, kt))
         else:
             moving = tile_ref(res, 0, tk, _scale(kt, n) + n0, width)
@@ -289,20 +294,20 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
         else:
             dst = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + n0, width)
         if st.knobs["evac"] == "scalar":
-            ins = Instr("activation", "scalar", dst, (("op", "nl.copy"), ("data", src)), "evacuate PSUM")
+            ins = TileInstr("activation", "scalar", dst, (("op", "nl.copy"), ("data", src)), "evacuate PSUM")
         else:
-            ins = Instr("tensor_copy", "vector", dst, (("src", src),), "evacuate PSUM")
+            ins = TileInstr("tensor_copy", "vector", dst, (("src", src),), "evacuate PSUM")
         stmts: list[Stmt] = [ins]
         if direct:
             hdst = hbm_ref(st, name, st.roles.bmap[node.id], rows_expr(st, j), tm, n0, width, g.concrete_shape(node.id))
-            stmts.append(Instr("dma_copy", "dma", hdst, (("src", dst),), f"store {name}"))
+            stmts.append(TileInstr("dma_copy", "dma", hdst, (("src", dst),), f"store {name}"))
         return stmts
 
     def n_body(n0: Expr, width: int, nvar: Expr) -> list[Stmt]:
         stmts = k_step(n0, width, Expr.of(0), nvar, True)
         if nk > 1:
             kvar = Expr.of(Affine.of("i_k")) + 1
-            stmts.append(Loop("i_k", nk - 1, tuple(k_step(n0, width, kvar, nvar, False)), "contraction"))
+            stmts.append(TileLoop("i_k", nk - 1, tuple(k_step(n0, width, kvar, nvar, False)), "contraction"))
         return stmts + for_j(st, lambda j: evac(ps_ref(nvar, j, width), n0, width, j, bank(nvar, j, None, tn)))
 
     def group_body(gvar: Expr) -> list[Stmt]:
@@ -313,30 +318,33 @@ def lower_matmul(st: _State, node: Node) -> list[Stmt]:
         def k_group(kt: Expr, first: bool) -> list[Stmt]:
             stmts: list[Stmt] = []
             if kind == "stream":
+                assert wt is not None  # a streamed weight has its rotating tile
                 rot = rotation(gvar, kt, group * tn)
                 src = hbm_ref(st, w.input, w.bmap, _scale(kt, tk), tk, gn0, group * tn, w_shape)
                 block = tile_ref(wt.name, 0, tk, rot, group * tn)
-                stmts.append(Instr("dma_copy", "dma", block, (("src", src),), f"{w.input} block of {group} n tiles"))
+                stmts.append(
+                    TileInstr("dma_copy", "dma", block, (("src", src),), f"{w.input} block of {group} n tiles")
+                )
                 stmts.extend(_scaled(st, node.id, block, kt))
                 moving = tile_ref(wt.name, 0, tk, rot + _scale(gi, tn), tn)
             else:
                 moving = tile_ref(res, 0, tk, _scale(kt, n) + gn0 + _scale(gi, tn), tn)
             inner = matmuls(lambda j: ps_ref(gvar, j, tn, gi), moving, kt, first)
-            return stmts + [Loop("i_n", group, tuple(inner), "n_in_group")]
+            return stmts + [TileLoop("i_n", group, tuple(inner), "n_in_group")]
 
         stmts = k_group(Expr.of(0), True)
         if nk > 1:
-            stmts.append(Loop("i_k", nk - 1, tuple(k_group(Expr.of(Affine.of("i_k")) + 1, False)), "contraction"))
+            stmts.append(TileLoop("i_k", nk - 1, tuple(k_group(Expr.of(Affine.of("i_k")) + 1, False)), "contraction"))
         n0 = gn0 + _scale(gi, tn)
         ev = for_j(st, lambda j: evac(ps_ref(gvar, j, tn, gi), n0, tn, j, bank(gvar, j, gi, tn)))
-        return stmts + [Loop("i_n", group, tuple(ev), "n_in_group")]
+        return stmts + [TileLoop("i_n", group, tuple(ev), "n_in_group")]
 
     if group > 1:
-        out.append(Loop("i_g", nfull // group, tuple(group_body(Expr.of(Affine.of("i_g")))), "n_group"))
+        out.append(TileLoop("i_g", nfull // group, tuple(group_body(Expr.of(Affine.of("i_g")))), "n_group"))
     else:
         nv = Expr.of(Affine.of("i_n"))
         if nfull:
-            out.append(Loop("i_n", nfull, tuple(n_body(Expr.of(Affine.of("i_n") * tn), tn, nv)), "n_tile"))
+            out.append(TileLoop("i_n", nfull, tuple(n_body(Expr.of(Affine.of("i_n") * tn), tn, nv)), "n_tile"))
         if tail:
             out.extend(n_body(Expr.of(nfull * tn), tail, Expr.of(nfull)))
     if group_emit is not None:

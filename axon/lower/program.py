@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
+
+from axon.ir import DTYPE_BYTES
+from axon.target import DEFAULT_HW
 
 # An index expression: sum(coef * loop_var) + const, optionally floor-divided by `div`
 # (np.repeat over a batch axis maps output head h to input head h // repeats).
@@ -73,7 +76,7 @@ class Affine:
         return text
 
 
-AffineLike = Union[Affine, int, str]
+AffineLike = Affine | int | str
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ class Expr:
         return " + ".join(a.render() for a in self.parts)
 
 
-ExprLike = Union[Expr, Affine, int, str]
+ExprLike = Expr | Affine | int | str
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,6 @@ class Tensor:
 
     @property
     def bytes_per_partition(self) -> int:
-        from axon.ir import DTYPE_BYTES
 
         n = 1
         for s in self.shape[1:] if self.buffer != "hbm" else self.shape:
@@ -177,7 +179,7 @@ def tile_ref(tensor: str, p0: ExprLike, p: int, f0: ExprLike, f: int) -> Ref:
 
 
 @dataclass(frozen=True)
-class Instr:
+class TileInstr:
     """One NKI instruction: `opcode` is the nki.isa name, operands are views or immediates.
 
     `args` holds the keyword arguments in emission order; a value is a `Ref`, a float, a string
@@ -215,7 +217,7 @@ class Instr:
 
 
 @dataclass(frozen=True)
-class Loop:
+class TileLoop:
     """A data-parallel loop `for var in nl.affine_range(extent)` named by its role (e.g. "row_block")."""
 
     var: str
@@ -225,7 +227,10 @@ class Loop:
 
 
 @dataclass(frozen=True)
-class Alloc:
+class TileAlloc:
+    """An on-chip tensor allocated where the pass begins (`Tile*`: not the emulator's trace records
+    `axon.target.trace.Alloc`/`Instr`/`Loop`)."""
+
     tensor: Tensor
 
 
@@ -241,7 +246,7 @@ class Free:
     names: tuple[str, ...]
 
 
-Stmt = Union[Loop, Alloc, Instr, Comment, Free]
+Stmt = TileLoop | TileAlloc | TileInstr | Comment | Free
 
 
 @dataclass(frozen=True)
@@ -268,7 +273,7 @@ class TileProgram:
     body: tuple[Stmt, ...]
     header: tuple[str, ...] = ()
     point: Mapping[str, Any] = field(default_factory=dict)
-    hw: str = "trn1"
+    hw: str = DEFAULT_HW
     output_names: tuple[str, ...] = ()  # the graph's output names, in `outputs` order
 
     def tensors(self) -> dict[str, Tensor]:
@@ -276,16 +281,15 @@ class TileProgram:
 
         def walk(stmts: tuple[Stmt, ...]) -> None:
             for s in stmts:
-                if isinstance(s, Alloc):
+                if isinstance(s, TileAlloc):
                     out[s.tensor.name] = s.tensor
-                elif isinstance(s, Loop):
+                elif isinstance(s, TileLoop):
                     walk(s.body)
 
         walk(self.body)
         return out
 
     def stats(self) -> ProgramStats:
-        from axon.ir import DTYPE_BYTES
 
         tensors = self.tensors()
         engines: dict[str, int] = {}
@@ -295,10 +299,10 @@ class TileProgram:
 
         def walk(stmts: tuple[Stmt, ...], mult: int) -> None:
             for s in stmts:
-                if isinstance(s, Loop):
+                if isinstance(s, TileLoop):
                     loops.append((s.name or s.var, s.extent))
                     walk(s.body, mult * s.extent)
-                elif isinstance(s, Instr):
+                elif isinstance(s, TileInstr):
                     engines[s.engine] = engines.get(s.engine, 0) + mult
                     opcodes[s.opcode] = opcodes.get(s.opcode, 0) + mult
                     if s.engine == "dma":

@@ -5,13 +5,14 @@ Knobs (each a name and a tuple of choices, so Optuna can sample them):
 (partitions per row tile), `m_block` (row tiles sharing each moving tile: M-blocking), `tile_n`
 (moving free size), `tile_k` (contraction tile), `bufs` (rotating buffers for DMA'd tiles),
 `psum_bufs` (PSUM accumulators per row tile), `loop_order` (`nk`: each n tile runs its whole
-contraction before the next; `kn2`/`kn4`: K outer over a group of 2 or 4 n tiles that accumulate at once
-in separate PSUM banks, their moving tiles brought by one DMA per K tile), `transpose` (stationary operands transposed on TensorE
-or by DMA; inputs already laid out [K, M] need neither), `weights` (moving operands streamed per tile
-or resident in SBUF per batch), `evac` (PSUM evacuated by VectorE or ScalarE), and `isel.<group>`
-(the verified instruction alternatives of each fused elementwise group). Knobs that cannot matter
-for a graph (tile_n without a matmul) are left out. The default point is the documented heuristic:
-fused, largest legal tiles, no blocking, n-outer loop order, single buffers, TensorE transposes, streamed weights.
+contraction before the next; `kn2`/`kn4`: K outer over a group of 2 or 4 n tiles that accumulate at
+once in separate PSUM banks, their moving tiles brought by one DMA per K tile), `transpose`
+(stationary operands transposed on TensorE or by DMA; inputs already laid out [K, M] need neither),
+`weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
+by VectorE or ScalarE), and `isel.<group>` (the verified instruction alternatives of each fused
+elementwise group). Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
+The default point is the documented heuristic: fused, largest legal tiles, no blocking, n-outer
+loop order, single buffers, TensorE transposes, streamed weights.
 It does not time anything; the tuner ranks points.
 """
 
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from axon.errors import AxonError
-from axon.ir import Graph
+from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
-from axon.lower.passes import LoweringError, materializable, matmul_cuts, split
+from axon.lower.passes import materializable, matmul_cuts, normalize, split
+from axon.lower.roles import LoweringError
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,6 @@ class Space:
 
     def __init__(self, variant: Any, hw: Any, isel: Mapping[str, int] | None = None) -> None:
         self.variant = variant
-        from axon.lower.passes import normalize
-
         self.graph = normalize(graph_of(variant))
         self.hw = hw
         g = self.graph
@@ -108,8 +108,6 @@ class Space:
 
     def _isel_choices(self) -> dict[str, int]:
         """Number of verified alternatives per fused group of the fused passes (groups with >= 2)."""
-        from axon.lower.fused import alternatives, groups_of
-
         out: dict[str, int] = {}
         for p in split(self.graph, set())[0]:
             for grp in groups_of(p.graph):
@@ -120,8 +118,6 @@ class Space:
 
     def isel_alternatives(self) -> dict[str, list[str]]:
         """For the report: each fused group's verified alternatives, described."""
-        from axon.lower.fused import alternatives, groups_of
-
         out: dict[str, list[str]] = {}
         for p in split(self.graph, set())[0]:
             for grp in groups_of(p.graph):
@@ -167,7 +163,8 @@ class Space:
 
     def census(self) -> tuple[int, dict[str, int]]:
         """(valid schedule points, rejected points by reason kind), enumerating every combination."""
-        valid, rejected = 0, {}
+        valid = 0
+        rejected: dict[str, int] = {}
         for p in self.points():
             reason = self.validate(p)
             if reason is None:

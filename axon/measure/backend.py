@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
+from axon import nki, sim
 from axon.errors import AxonError, BackendError
+from axon.lazy import neuron_sdk
 from axon.target import HardwareSpec
 
 InputSpec = tuple[str, tuple[int, ...], str]  # (name, shape, dtype)
@@ -92,11 +96,10 @@ class SimBackend:
     def __init__(self, kernel_dir: str | Path | None = None, extrapolate: bool = True) -> None:
         # without a directory, a temporary one that goes with the backend (nothing left behind)
         self._tmp = None if kernel_dir else tempfile.TemporaryDirectory(prefix="axon-kernels-")
-        self.kernel_dir = Path(kernel_dir) if kernel_dir else Path(self._tmp.name)
+        self.kernel_dir = Path(kernel_dir or self._tmp.name)  # type: ignore[union-attr]  # one of the two is set
         self.extrapolate = extrapolate
 
     def measure(self, source: str, kernel: str, inputs: Sequence[InputSpec], hw: HardwareSpec) -> Measurement:
-        from axon import nki, sim
 
         start = time.perf_counter()
         path = write_kernel(source, self.kernel_dir)
@@ -144,7 +147,6 @@ def _measurement(name: str, timing: Any, instructions: int, start: float, detail
 
 def _per_loop(trace: Any, timing: Any, cut: dict[int, int]) -> dict[int, dict[str, float]]:
     """Per cut top-level loop: its span on the timeline, instruction count, DMA bytes, busy per engine."""
-    import numpy as np
 
     tl = timing.timeline
     out: dict[int, dict[str, float]] = {}
@@ -220,7 +222,7 @@ class NeuronBackend:
 
     def __init__(self, kernel_dir: str | Path | None = None, warmup: int = 5, iters: int = 20) -> None:
         self._tmp = None if kernel_dir else tempfile.TemporaryDirectory(prefix="axon-kernels-")
-        self.kernel_dir = Path(kernel_dir) if kernel_dir else Path(self._tmp.name)
+        self.kernel_dir = Path(kernel_dir or self._tmp.name)  # type: ignore[union-attr]  # one of the two is set
         self.warmup, self.iters = warmup, iters
 
     @staticmethod
@@ -242,15 +244,15 @@ class NeuronBackend:
         reason = self.available()
         if reason:
             raise BackendError(f"backend 'neuron' cannot run here: {reason}; use --backend sim")
-        import numpy as np  # pragma: no cover - needs a Trainium instance
-        from neuronxcc import nki as sdk_nki  # type: ignore[import-not-found]  # pragma: no cover
+        sdk_nki = neuron_sdk()  # pragma: no cover
 
         path = write_kernel(
             source.replace("import nki\n", "import neuronxcc.nki as nki\n"), self.kernel_dir
         )  # pragma: no cover
         spec = importlib.util.spec_from_file_location(path.stem, path)  # pragma: no cover
+        assert spec is not None and spec.loader is not None  # pragma: no cover
         module = importlib.util.module_from_spec(spec)  # pragma: no cover
-        spec.loader.exec_module(module)  # type: ignore[union-attr]  # pragma: no cover
+        spec.loader.exec_module(module)  # pragma: no cover
         fn = getattr(module, kernel)  # pragma: no cover
         arrays = [np.zeros(shape, dtype=np.float32) for _, shape, _ in inputs]  # pragma: no cover
         bench = sdk_nki.benchmark(warmup=self.warmup, iters=self.iters)(fn)  # pragma: no cover

@@ -3,6 +3,12 @@
 Every measurement is committed in its own transaction before anyone else (Optuna, MLflow) is told,
 so a crash or `kill -9` loses at most the measurement in flight. Records are never updated or
 deleted. Optuna storage and MLflow runs are views that can be rebuilt from here.
+
+Schema 2 (this version) gives each record a `kind` (a tuned `kernel` or a `baseline` measured for
+comparison), a `label` (the baseline's name, or the name of a restricted search space, e.g.
+`unfused_tuned`) and the `code_version` of the Axon that emitted the kernel. A schema-1 database
+(which marked baselines with `workload#label`) is migrated in place when opened, after a copy of
+it is kept beside it (`records.db.v1`); no record is dropped.
 """
 
 from __future__ import annotations
@@ -17,9 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from axon import __version__
 from axon.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+KINDS = ("kernel", "baseline")
+# labels of schema-1 records that were baselines (the rest were restricted search spaces)
+_V1_BASELINE_LABELS = ("unfused",)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,7 +52,10 @@ CREATE TABLE IF NOT EXISTS records (
     error TEXT NOT NULL,
     measurement TEXT NOT NULL,
     axon_version TEXT NOT NULL,
-    run_id TEXT NOT NULL
+    run_id TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'kernel',
+    label TEXT NOT NULL DEFAULT '',
+    code_version TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS records_kernel ON records (kernel_hash, backend, hw_hash);
 CREATE INDEX IF NOT EXISTS records_task ON records (task);
@@ -72,17 +85,45 @@ _COLUMNS = (
     "measurement",
     "axon_version",
     "run_id",
+    "kind",
+    "label",
+    "code_version",
 )
 _JSON = ("shapes", "point", "features", "measurement")
 
 
-def task_key(workload: str, shapes: dict[str, int], dtype: str, hw_hash: str) -> str:
-    """The tuning task a record belongs to: labels are normalized within a task."""
+def task_key(workload: str, shapes: dict[str, int], dtype: str, hw_hash: str, label: str = "") -> str:
+    """The tuning task a record belongs to (the same string schema 1 stored, so study names keep).
+
+    >>> task_key("softmax", {"N": 8, "M": 4}, "float32", "ab12", "unfused")
+    'softmax#unfused[M=4,N=8]:float32@ab12'
+    """
     dims = ",".join(f"{k}={v}" for k, v in sorted(shapes.items()))
-    return f"{workload}[{dims}]:{dtype}@{hw_hash}"
+    name = f"{workload}#{label}" if label else workload
+    return f"{name}[{dims}]:{dtype}@{hw_hash}"
 
 
-@dataclass(frozen=True)
+def code_version() -> str:
+    """The version of the code that emits kernels: the package version, plus the commit when run
+    from a git checkout (read from .git, no subprocess)."""
+    return _CODE_VERSION
+
+
+def _git_commit() -> str:
+    head = Path(__file__).resolve().parents[2] / ".git" / "HEAD"
+    try:
+        ref = head.read_text().strip()
+        if ref.startswith("ref: "):
+            ref = (head.parent / ref[5:]).read_text().strip()
+    except OSError:
+        return ""
+    return ref[:12]
+
+
+_CODE_VERSION = __version__ + (f"+g{_git_commit()}" if _git_commit() else "")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Record:
     """One measured (or failed) kernel. `latency_ns` is None unless status == "ok"."""
 
@@ -98,16 +139,19 @@ class Record:
     features: dict[str, float]
     latency_ns: float | None
     status: str  # "ok" | "error" | "infeasible"
+    kind: str = "kernel"  # "kernel" (tuned) | "baseline" (measured for comparison)
+    label: str = ""  # a baseline's name, or a restricted search space's; part of the task
     error: str = ""
     measurement: dict[str, Any] = field(default_factory=dict)
     axon_version: str = ""
+    code_version: str = ""
     run_id: str = ""
     created: float = 0.0
     id: int | None = None
 
     @property
     def task(self) -> str:
-        return task_key(self.workload, self.shapes, self.dtype, self.hw_hash)
+        return task_key(self.workload, self.shapes, self.dtype, self.hw_hash, self.label)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -118,8 +162,9 @@ class RecordDB:
 
     >>> import tempfile, os
     >>> db = RecordDB(os.path.join(tempfile.mkdtemp(), "records.db"))
-    >>> r = db.add(Record("matmul", {"M": 128}, "float32", "trn1", "h", "sim", "v", {"tile": 128},
-    ...                   "k1", {"f": 1.0}, 1000.0, "ok"))
+    >>> r = db.add(Record(workload="matmul", shapes={"M": 128}, dtype="float32", hw="trn1", hw_hash="h",
+    ...                   backend="sim", variant_hash="v", point={"tile": 128}, kernel_hash="k1",
+    ...                   features={"f": 1.0}, latency_ns=1000.0, status="ok"))
     >>> db.lookup("k1", "sim", "h").latency_ns
     1000.0
     """
@@ -139,7 +184,10 @@ class RecordDB:
     def _explain(self, exc: sqlite3.DatabaseError) -> str:
         text = str(exc)
         if "locked" in text or "busy" in text:
-            return f"record database {self.path} is locked by another process ({text}); wait for it or use another --workdir"
+            return (
+                f"record database {self.path} is locked by another process ({text}); "
+                "wait for it or use another --workdir"
+            )
         if "not a database" in text or "malformed" in text or "corrupt" in text:
             return f"record database {self.path} is corrupt ({text}); move it aside to start a new one"
         return f"record database {self.path}: {text}"
@@ -148,11 +196,45 @@ class RecordDB:
         row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row is None:
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) == 1:
+            self._migrate_v1()
         elif int(row[0]) != SCHEMA_VERSION:
             raise StoreError(f"record database {self.path} has schema {row[0]}, this Axon reads {SCHEMA_VERSION}")
         status = self._conn.execute("PRAGMA quick_check").fetchone()[0]
         if status != "ok":
             raise StoreError(f"record database {self.path} is corrupt ({status}); move it aside to start a new one")
+
+    def _migrate_v1(self) -> None:
+        """Schema 1 -> 2 in one transaction, after a copy of the file is kept as `<name>.v1`:
+        `workload#label` becomes workload + label, with kind `baseline` for the baseline labels;
+        the code version of an old record is its Axon version."""
+        backup = self.path.with_name(self.path.name + ".v1")
+        if not backup.exists():
+            with sqlite3.connect(str(backup)) as copy:
+                self._conn.backup(copy)
+            copy.close()
+        before = self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+        have = {r[1] for r in self._conn.execute("PRAGMA table_info(records)")}
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            for column, default in (("kind", "'kernel'"), ("label", "''"), ("code_version", "''")):
+                if column not in have:
+                    self._conn.execute(f"ALTER TABLE records ADD COLUMN {column} TEXT NOT NULL DEFAULT {default}")
+            self._conn.execute(
+                "UPDATE records SET label = substr(workload, instr(workload, '#') + 1), "
+                "workload = substr(workload, 1, instr(workload, '#') - 1) WHERE instr(workload, '#') > 0"
+            )
+            marks = ", ".join("?" for _ in _V1_BASELINE_LABELS)
+            self._conn.execute(f"UPDATE records SET kind = 'baseline' WHERE label IN ({marks})", _V1_BASELINE_LABELS)
+            self._conn.execute("UPDATE records SET code_version = axon_version WHERE code_version = ''")
+            after = self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+            if after != before:  # cannot happen with UPDATEs only; checked because records are the truth
+                raise StoreError(f"record database {self.path}: migration changed the record count {before} -> {after}")
+            self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self._conn.close()
@@ -205,7 +287,7 @@ class RecordDB:
             raise StoreError(self._explain(exc)) from None
 
     # reading -------------------------------------------------------------------------------------
-    def _rows(self, where: str = "", args: tuple = (), limit: int | None = None) -> Iterator[Record]:
+    def _rows(self, where: str = "", args: tuple[Any, ...] = (), limit: int | None = None) -> Iterator[Record]:
         sql = f"SELECT id, {', '.join(_COLUMNS)} FROM records {where} ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -235,8 +317,8 @@ class RecordDB:
         return list(self._rows(("WHERE " + " AND ".join(clauses)) if clauses else "", tuple(args)))
 
     def best(self, task: str) -> Record | None:
-        ok = [r for r in self.records(task=task) if r.status == "ok" and r.latency_ns is not None]
-        return min(ok, key=lambda r: r.latency_ns) if ok else None
+        ok = [(r.latency_ns, r) for r in self.records(task=task) if r.status == "ok" and r.latency_ns is not None]
+        return min(ok, key=lambda lr: lr[0])[1] if ok else None
 
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])

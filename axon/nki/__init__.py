@@ -6,7 +6,7 @@ naming the kernel line, and records the instruction `Trace` the timing simulator
 """
 
 from axon.nki.runner import Kernel, jit, load_kernel, load_source, run, run_with_trace, simulate_kernel, trace
-from axon.nki.shim import install_import_shim
+from axon.nki.runner import install_shim as install_import_shim
 from axon.target.trace import Access, Alloc, Instr, Loop, Trace
 
 __all__ = [

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from axon.nki.memory import Buffer
+from axon.nki import dtypes
+from axon.nki.dtypes import Buffer
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,8 @@ class _Allocators:
         return self.mod_alloc(*args, **kwargs)
 
     def auto_alloc(self) -> Buffer:
-        from axon.nki.memory import psum, sbuf
 
-        return psum if self.kind == "psum" else sbuf
+        return dtypes.psum if self.kind == "psum" else dtypes.sbuf
 
 
 sbuf = _Allocators("sbuf")

@@ -9,6 +9,7 @@ from typing import Any
 
 from axon.errors import NKIError
 from axon.nki import instructions as I
+from axon.nki.context import active, get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
 from axon.nki.instructions import (
     activation,
     activation_reduce,
@@ -36,7 +37,6 @@ from axon.nki.instructions import (
     unknown_engine,
     vector_engine,
 )
-from axon.nki.machine import get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
 
 # The nki.isa instructions of the Neuron 2.28-2.30 API reference that are not emulated.
 NOT_EMULATED = (
@@ -98,8 +98,6 @@ def dma_transpose(
 ) -> Any:
     """`nisa.dma_transpose(dst, src, axes=(1, 0))` of a 2-D access (Neuron 2.30)."""
     if axes is not None and tuple(axes) != (1, 0):
-        from axon.nki.machine import active
-
         raise active().fail("dma_transpose axes", f"axes={tuple(axes)} (3-D/4-D DMA transposes) are not emulated")
     return I.dma_transpose(dst, src)
 

@@ -15,18 +15,12 @@ from typing import Any
 import numpy as np
 
 from axon.nki import instructions as I
-from axon.nki.machine import active, maybe_active
-from axon.nki.memory import (
+from axon.nki.context import active, kernel_site, maybe_active
+from axon.nki.dtypes import (
     Buffer,
-    DynSlice,
-    IndexExpr,
-    Predicate,
-    View,
-    arange,
     as_dtype,
     bfloat16,
     bool_,
-    ds,  # noqa: F401
     float8_e4m3,
     float8_e5m2,
     float16,
@@ -35,7 +29,6 @@ from axon.nki.memory import (
     int8,
     int16,
     int32,
-    mgrid,
     par_dim,
     private_hbm,
     psum,
@@ -46,6 +39,39 @@ from axon.nki.memory import (
     uint16,
     uint32,
 )
+from axon.nki.indexing import DynSlice, IndexExpr, Predicate, arange, ds, mgrid
+from axon.nki.lang_tensors import (
+    _buffer_kind,
+    _mask,
+    _range,
+    affine_range,
+    device_print,
+    dynamic_range,
+    empty_like,
+    fp32,
+    full,
+    load,
+    load_transpose2d,
+    nc,
+    ndarray,
+    num_programs,
+    ones,
+    ones_like,
+    program_id,
+    program_ndim,
+    sequential_range,
+    shared_constant,
+    shared_identity_matrix,
+    spmd_dim,
+    static_cast,
+    static_range,
+    store,
+    zeros,
+    zeros_like,
+)
+from axon.nki.memory import View
+from axon.nki.view_ops import OPERATORS
+from axon.target.isa import ALU, NUMPY_FP32
 
 tile_size = SimpleNamespace(
     pmax=128,
@@ -56,206 +82,6 @@ tile_size = SimpleNamespace(
     psum_partition_max=128,
     total_available_sbuf_size=192 * 1024,
 )
-
-
-# ---- tensors -----------------------------------------------------------------------------------
-
-
-def _buffer_kind(buffer: Any) -> str:
-    if buffer is None:
-        return "sbuf"
-    if isinstance(buffer, Buffer):
-        return buffer.kind
-    raise active().fail("buffer", f"{buffer!r} is not an NKI buffer (nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm)")
-
-
-def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any) -> View:
-    """A new tensor in `buffer` (default SBUF); `nl.par_dim` marks the partition axis."""
-    m = active()
-    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    pa = next((i for i, s in enumerate(shape) if isinstance(s, par_dim)), 0)
-    if buffer is shared_hbm and m.num_programs:
-        # In an SPMD launch every program's shared_hbm tensor from one line is the same tensor.
-        from axon.nki.machine import kernel_site
-
-        key = (kernel_site(), tuple(int(s) for s in shape))
-        view = m.shared_tensors.get(key)
-        if view is None:
-            view = m.shared_tensors[key] = View.whole(
-                m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), "hbm", name, pa)
-            )
-        return view
-    direct = buffer if getattr(buffer, "tiles", None) is not None else None  # nki.compiler mod_alloc
-    return View.whole(
-        m.allocate(tuple(int(s) for s in shape), as_dtype(dtype), _buffer_kind(buffer), name, pa, direct=direct)
-    )
-
-
-def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **kw: Any) -> View:
-    t = ndarray(shape, dtype, buffer, name)
-    if t.alloc.kind == "hbm" or t.alloc.par_axis:
-        # HBM is filled outside the engines; with block dimensions the compiler initializes each
-        # block where it is first used (lazily), so the blocks are not all live from here: either
-        # way the values are there from the start and no on-chip instruction is traced.
-        if active().execute:
-            t.alloc.data[...] = fill_value  # type: ignore[index]
-            t.alloc.written[...] = True  # type: ignore[index]
-        t.alloc.ever_written = True
-        return t
-    I.memset(t, fill_value)
-    return t
-
-
-def zeros(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **kw: Any) -> View:
-    return full(shape, 0.0, dtype, buffer, name)
-
-
-def ones(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **kw: Any) -> View:
-    return full(shape, 1.0, dtype, buffer, name)
-
-
-def zeros_like(a: View, dtype: Any = None, buffer: Any = None, **kw: Any) -> View:
-    return zeros(a.shape, dtype or a.dtype, buffer or a.buffer)
-
-
-def ones_like(a: View, dtype: Any = None, buffer: Any = None, **kw: Any) -> View:
-    return ones(a.shape, dtype or a.dtype, buffer or a.buffer)
-
-
-def empty_like(a: View, dtype: Any = None, buffer: Any = None, **kw: Any) -> View:
-    return ndarray(a.shape, dtype or a.dtype, buffer or a.buffer)
-
-
-def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
-    """An HBM tensor holding a NumPy constant."""
-    arr = np.asarray(constant)
-    dt = as_dtype(dtype) if dtype is not None else arr.dtype
-    t = ndarray(arr.shape, dt, shared_hbm, "constant")
-    m = active()
-    if m.execute:
-        t.alloc.data[...] = arr.astype(dt)  # type: ignore[index]
-        t.alloc.written[...] = True  # type: ignore[index]
-    t.alloc.ever_written = True
-    return t
-
-
-def shared_identity_matrix(n: int, dtype: Any = float32, **kw: Any) -> View:
-    return shared_constant(np.eye(n), dtype)
-
-
-# ---- loops -------------------------------------------------------------------------------------
-
-
-def _range(kind: str, args: tuple[int, ...]) -> Any:
-    r = range(*(int(a) for a in args))
-    m = maybe_active()
-    return iter(r) if m is None else m.loop(kind, r)
-
-
-def affine_range(*args: int, **_: Any) -> Any:
-    """A loop without loop-carried dependencies (except accumulation)."""
-    return _range("affine", args)
-
-
-def sequential_range(*args: int, **_: Any) -> Any:
-    return _range("sequential", args)
-
-
-def static_range(*args: int, **_: Any) -> Any:
-    return _range("static", args)
-
-
-def dynamic_range(*args: int, **_: Any) -> Any:
-    return _range("dynamic", args)
-
-
-def program_id(axis: int = 0) -> int:
-    ids = active().program_ids
-    return ids[axis] if axis < len(ids) else 0
-
-
-def num_programs(axes: int = 0) -> int:
-    n = active().num_programs
-    return n[axes] if axes < len(n) else 1
-
-
-def program_ndim() -> int:
-    """Number of dimensions of the SPMD launch grid (0 outside an SPMD launch)."""
-    return len(active().num_programs)
-
-
-def nc(n: int) -> int:
-    """`nl.nc(n)`: n NeuronCores along one grid dimension (see `spmd_dim`)."""
-    return int(n)
-
-
-def spmd_dim(*factors: Any) -> int:
-    """`nl.spmd_dim(grid_x, nl.nc(2))`: one logical grid dimension of grid_x * 2 programs, spread over
-    cores; the emulator runs its programs one after another, so only the size matters."""
-    size = 1
-    for f in factors:
-        size *= int(f)
-    return size
-
-
-class fp32:
-    """`nl.fp32.min`: the most negative finite fp32 (bit pattern 0xff7fffff)."""
-
-    min = float(np.finfo(np.float32).min)
-
-
-def static_cast(x: Any, dtype: Any) -> Any:
-    """`nl.static_cast(array, dtype)` on host arrays (the tutorials' test harnesses cast inputs)."""
-    return np.asarray(x).astype(as_dtype(dtype))
-
-
-def device_print(*_: Any, **__: Any) -> None:
-    """Accepted and ignored: printing is not an instruction the trace models."""
-
-
-def _mask(mask: Any) -> Any:
-    """A Python bool given as `mask=` (an affine condition without index variables, evaluated at
-    trace time): True keeps the whole instruction, False keeps none of it (returns "skip")."""
-    if mask is True or (isinstance(mask, np.bool_) and bool(mask)):
-        return None
-    if mask is False or isinstance(mask, np.bool_):
-        return "skip"
-    return mask
-
-
-# ---- data movement -----------------------------------------------------------------------------
-
-
-def load(src: View, mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
-    """HBM view -> new SBUF tile (one DMA)."""
-    m = active()
-    if not isinstance(src, View) or src.alloc.kind != "hbm":
-        raise m.fail("nl.load source", f"nl.load reads an HBM tensor, got {src!r}")
-    mask = _mask(mask)
-    t = I._new(m, src.shape, dtype or src.dtype)
-    if mask != "skip":
-        I.dma_copy(t, src, mask=mask)
-    return t
-
-
-def store(dst: View, value: View, mask: Predicate | None = None, **_: Any) -> None:
-    """SBUF tile -> HBM view (one DMA)."""
-    m = active()
-    if not isinstance(dst, View) or dst.alloc.kind != "hbm":
-        raise m.fail("nl.store destination", f"nl.store writes an HBM tensor, got {dst!r}")
-    if not isinstance(value, View):
-        raise m.fail("nl.store value", f"nl.store needs a tile value, got {value!r}")
-    mask = _mask(mask)
-    if mask != "skip":
-        I.dma_copy(dst, value, mask=mask)
-
-
-def load_transpose2d(src: View, mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
-    """HBM [a, b] -> SBUF [b, a] with a transposing DMA."""
-    m = active()
-    t = I._new(m, src.shape[::-1], dtype or src.dtype)
-    I.dma_transpose(t, src, mask=mask)
-    return t
 
 
 # ---- tile-level math ---------------------------------------------------------------------------
@@ -278,8 +104,6 @@ def _binary(fn: str, x: Any, y: Any, dtype: Any = None, mask: Predicate | None =
         ref = x if isinstance(x, View) else y
         return I._new(m, ref.shape, dtype or ref.dtype)
     if not isinstance(x, View) and not isinstance(y, View):
-        from axon.target.isa import ALU, NUMPY_FP32
-
         return ALU[fn](NUMPY_FP32, np.float32(x), np.float32(y))
     for v in (x, y):
         if isinstance(v, View) and v.alloc.kind == "hbm":
@@ -400,6 +224,7 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
         # A select, exactly: y + c * (x - y) rounds in fp32, and the result is x or y itself.
         box = out if out.alloc.last_write is None else View(out.alloc, *_box(out.alloc.last_write))
         pick = np.where(I._val(condition) != 0, I._val(x), I._val(y))
+        assert box.alloc.data is not None  # execute mode holds data
         box.alloc.data[box.np_index()] = (
             pick.reshape(box.shape)
             if pick.size == int(np.prod(box.shape))
@@ -417,7 +242,6 @@ def loop_reduce(
 ) -> View:
     """Reduce `x` across iterations of the loops in `loop_indices` into one accumulator tile."""
     m = active()
-    from axon.nki.machine import kernel_site
 
     site = kernel_site()
     fn = I.op_name(op)
@@ -445,7 +269,6 @@ def _broadcast(x: View, shape: tuple[int, ...]) -> View:
     """[1, F] -> [P, F] is a partition broadcast on TensorE (matmul with ones, into PSUM);
     [P, 1] -> [P, F] is a free-axis broadcast (VectorE copy)."""
     m = active()
-    from axon.nki.machine import kernel_site
 
     site = kernel_site()
     shape = tuple(int(s) for s in shape)
@@ -505,3 +328,7 @@ class _NotEmulatedDtype:
 float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4 = (
     _NotEmulatedDtype(n) for n in ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")
 )
+
+
+# the operators of views in kernel expressions (`a * b`, `x ** 2`, `t.broadcast_to(shape)`)
+OPERATORS.update(add=add, subtract=subtract, multiply=multiply, divide=divide, power=power, broadcast=_broadcast)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from axon.nki import instructions as I
+from axon.nki.context import active, get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
+from axon.nki.dtypes import as_dtype
+from axon.nki.indexing import IndexExpr, Predicate
 from axon.nki.instructions import (
     engine,
     gpsimd_engine,
@@ -20,8 +23,8 @@ from axon.nki.instructions import (
     unknown_engine,
     vector_engine,
 )
-from axon.nki.machine import active, get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
-from axon.nki.memory import IndexExpr, Predicate, View, as_dtype
+from axon.nki.memory import View
+from axon.nki.view_ops import OPERATORS
 from axon.target.trace import Instr
 
 
@@ -95,7 +98,7 @@ def accumulate(dst: View, value: Any, fn: str) -> View:
             m.check_readable(dst, "dst", "nc_matmul", (m.file, ins.line))
             if m.execute:
                 cur = dst.alloc.data[dst.np_index()]  # type: ignore[index]
-                dst.alloc.data[dst.np_index()] = cur + value.alloc.data[box.np_index()]  # type: ignore[index,union-attr]
+                dst.alloc.data[dst.np_index()] = cur + value.alloc.data[box.np_index()]  # type: ignore[index]
             m.retarget_last(value, dst, accumulate=True)
             return whole
         I.tensor_tensor(dst, dst, value, fn)
@@ -279,3 +282,7 @@ def dma_copy(dst: View, src: View, mask: Predicate | None = None, **kw: Any) -> 
 def dma_transpose(src: View, axes: Any = None, mask: Predicate | None = None, dtype: Any = None, **kw: Any) -> View:
     t = I._new(active(), src.shape[::-1], as_dtype(dtype) if dtype is not None else src.dtype)
     return I.dma_transpose(t, src, mask=mask)
+
+
+# the operators of views in legacy tile expressions (`t[...] = x`, `t += x`)
+OPERATORS.update(assign=assign, accumulate=accumulate)

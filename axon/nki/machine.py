@@ -10,23 +10,19 @@ from __future__ import annotations
 
 import contextvars
 import os
-import sys
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from axon.errors import NKIError
-from axon.nki.memory import Allocation, View
+from axon.nki.allocation import Allocation
+from axon.nki.context import _ACTIVE, kernel_site
+from axon.nki.machine_memory import MachineMemory
+from axon.nki.memory import View
 from axon.target.hardware import HardwareSpec
 from axon.target.isa import ISA, ISA_LIMITS
 from axon.target.trace import Access, Alloc, Instr, Loop, Trace
-
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# The one piece of process state: which Machine the nl/nisa calls of this thread belong to.
-_ACTIVE: contextvars.ContextVar[Machine | None] = contextvars.ContextVar("axon_nki_machine", default=None)
-
 
 # Trace buffer ids of single blocks of block tensors (`Access.alloc`), apart from allocation ids.
 BLOCK_ID_BASE = 1 << 40
@@ -45,41 +41,6 @@ class LoopVar(int):
         return v
 
 
-class nc_version:
-    """`nki.isa.nc_version`: the NeuronCore generation (gen2 trn1/inf2, gen3 trn2, gen4 trn3)."""
-
-    gen2, gen3, gen4 = "gen2", "gen3", "gen4"
-
-
-def get_nc_version() -> str:
-    """`nki.isa.get_nc_version()`: the generation of the hardware the kernel runs on."""
-    name = active().hw.name
-    return {"trn1": nc_version.gen2, "inf2": nc_version.gen2, "trn2": nc_version.gen3, "trn3": nc_version.gen4}.get(
-        name, nc_version.gen2
-    )
-
-
-def active() -> Machine:
-    m = _ACTIVE.get()
-    if m is None:
-        raise NKIError("NKI calls must run inside a kernel: use axon.nki.run(kernel, ...) or axon.nki.trace(...)")
-    return m
-
-
-def maybe_active() -> Machine | None:
-    return _ACTIVE.get()
-
-
-def kernel_site() -> tuple[str, int]:
-    """(file, line) of the innermost frame outside the emulator: the kernel line being executed."""
-    f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
-        f = f.f_back
-    if f is None:  # pragma: no cover - only when called from emulator-internal code
-        return ("<emulator>", 0)
-    return (f.f_code.co_filename, f.f_lineno)
-
-
 def _resolve(hw: HardwareSpec, path: str) -> int:
     if path in ISA_LIMITS:
         return ISA_LIMITS[path]
@@ -89,7 +50,7 @@ def _resolve(hw: HardwareSpec, path: str) -> int:
     return int(obj)
 
 
-class Machine:
+class Machine(MachineMemory):
     """State of one kernel execution (execute) or tracing (trace) on one `HardwareSpec`."""
 
     def __init__(self, hw: HardwareSpec, execute: bool, kernel: str = "kernel", file: str = "") -> None:
@@ -136,219 +97,6 @@ class Machine:
         file, line = site or kernel_site()
         return NKIError(f"{os.path.basename(file)}:{line}: {rule}: {detail} (kernel {self.kernel}, {file}:{line})")
 
-    # ---- memory --------------------------------------------------------------------------------
-    def allocate(
-        self,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        kind: str,
-        name: str = "",
-        par_axis: int | None = 0,
-        temp: bool = False,
-        direct: Any = None,
-    ) -> Allocation:
-        """A new tensor; checks the partition limit, the PSUM bank size and live capacity.
-
-        Block dimensions (axes before `nl.par_dim`) are logical: such a tensor is charged per block,
-        from the first instruction that touches the block to the last (`check_liveness`), as the
-        compiler allocates them. A plain tile is charged from its allocation until it dies (its
-        loop iteration ends or the kernel drops it). `direct` (an `nki.compiler` allocator) places
-        the tensor by hand: it is charged its declared footprint, checked against the memory.
-        """
-        site = kernel_site()
-        shape = tuple(int(s) for s in shape)
-        if any(s <= 0 for s in shape):
-            raise self.fail("shape", f"tensor shape {list(shape)} must be positive", site)
-        if kind == "hbm":
-            par_axis = None
-        elif par_axis is not None and not shape:
-            raise self.fail("shape", "an on-chip tile needs a partition axis", site)
-        alloc = Allocation(len(self.allocs), kind, name or f"t{len(self.allocs)}", shape, dtype, par_axis, self.execute)
-        alloc.temp = temp
-        charged = alloc.free_bytes
-        if kind != "hbm":
-            pmax = self.hw.memory.partitions
-            if shape[par_axis] > pmax:  # type: ignore[index]
-                raise self.fail(
-                    "partition axis > 128",
-                    f"tile shape {list(shape)} puts {shape[par_axis]} "  # type: ignore[index]
-                    f"on the partition axis (at most {pmax} partitions)",
-                    site,
-                )
-            tile = dtype.itemsize
-            for a in range(par_axis + 1, len(shape)):  # type: ignore[operator]
-                tile *= shape[a]
-            if kind == "psum" and tile > self.hw.memory.psum_bank_bytes:
-                bank = self.hw.memory.psum_bank_bytes
-                raise self.fail(
-                    "PSUM tile larger than a bank",
-                    f"tile {list(shape)} {dtype.name} needs {tile} bytes per partition; a PSUM bank holds {bank}",
-                    site,
-                )
-            if direct is not None:
-                charged = self._direct_footprint(alloc, tile, direct, site)
-            elif par_axis:  # block dimensions: charged per block while live
-                alloc.blocks = {}
-                alloc.block_bytes = tile
-                self._block_allocs.append(alloc)
-                charged = tile
-            if charged > self.capacity[kind]:
-                raise self.fail(
-                    f"{kind.upper()} capacity exceeded",
-                    f"{list(shape)} {dtype.name} needs {charged} bytes per partition, over the "
-                    f"{self.capacity[kind]} of {self.hw.name}",
-                    site,
-                )
-            # A hand-placed tensor owns its address range (the kernel may overlay several on
-            # purpose, used at different times): checked against the memory above, not summed.
-            if not par_axis and direct is None:
-                self.live[alloc.id] = (weakref.ref(alloc), charged)
-                alloc.release = self.free
-        parts = 1 if par_axis is None else shape[par_axis]
-        self.allocs.append(
-            Alloc(
-                alloc.id,
-                kind,
-                alloc.name,
-                shape,
-                dtype.name,
-                parts,
-                alloc.free_bytes,
-                f"{os.path.basename(site[0])}:{site[1]}",
-                len(self.loop_stack),
-            )
-        )
-        return alloc
-
-    def _direct_footprint(self, alloc: Allocation, tile: int, direct: Any, site: tuple[str, int]) -> int:
-        """Bytes per partition a hand-placed tensor occupies; it must lie inside the memory.
-
-        With block dimensions, `num_free_tiles` / `num_bank_tiles` is the number of physical tiles
-        the blocks rotate through (block i in tile i mod n); without, it splits the free size,
-        which is then the whole footprint."""
-        n = 1
-        for t in direct.tiles:
-            n *= t
-        kind = alloc.kind
-        if not alloc.par_axis:
-            tile, n = alloc.free_bytes, 1
-        if kind == "psum":
-            bank = self.hw.memory.psum_bank_bytes
-            banks = self.capacity["psum"] // bank
-            n = n if alloc.par_axis else -(-tile // bank)
-            if direct.base + n > banks:
-                raise self.fail(
-                    "PSUM direct allocation out of range",
-                    f"{alloc.name} {list(alloc.shape)} takes banks "
-                    f"{direct.base}..{direct.base + n - 1}; {self.hw.name} has {banks}",
-                    site,
-                )
-            return n * bank
-        end = direct.base + n * tile
-        if end > self.capacity["sbuf"]:
-            raise self.fail(
-                "SBUF direct allocation out of range",
-                f"{alloc.name} {list(alloc.shape)} at byte "
-                f"{direct.base} with {n} tile(s) of {tile} bytes ends at {end}, over the "
-                f"{self.capacity['sbuf']} of {self.hw.name}",
-                site,
-            )
-        return n * tile
-
-    def free(self, alloc: Allocation) -> None:
-        """A tile the kernel dropped: its span (first to last access) is final."""
-        entry = self.live.pop(alloc.id, None)
-        if entry is not None and alloc.first >= 0:
-            self._ended.append((alloc.first, alloc.last + 1, alloc.kind, entry[1], alloc.name, alloc.shape))
-
-    def touch_blocks(self, al: Allocation, v: View, index: int) -> None:
-        """Record that instruction `index` touches the blocks of block tensor `al` that `v` covers."""
-        pa = al.par_axis
-        blocks = al.blocks
-        sizes = v.sizes
-        if all(sizes[a] == 1 for a in range(pa)):
-            key = v.starts[:pa]
-            span = blocks.get(key)
-            if span is None:
-                blocks[key] = [index, index]
-            else:
-                span[1] = index
-            return
-        import itertools
-
-        ranges = [range(v.starts[a], v.starts[a] + v.steps[a] * v.sizes[a], v.steps[a]) for a in range(pa)]
-        count = 1
-        for r in ranges:
-            count *= len(r)
-        al.root.block_peak = max(al.root.block_peak, count)
-        for key in itertools.product(*ranges):
-            span = blocks.get(key)
-            if span is None:
-                blocks[key] = [index, index]
-            else:
-                span[1] = index
-
-    def check_liveness(self) -> None:
-        """SBUF/PSUM in use over the kernel, by liveness as the compiler allocates: a tile from its
-        first to its last access (not while a Python name holds it), a block tensor per block.
-
-        Two figures per memory. In program order (the trace's peak): each block from its first to
-        its last access. At best (what is checked): each block tensor needs, from its first to its
-        last access, only the blocks one instruction touches at once, since the compiler fuses and
-        reorders `affine_range` loops so that a block is consumed soon after it is produced and
-        rotates few physical buffers (the measured trn1 kernels rely on it). A kernel is rejected
-        only when even that does not fit, naming the tensors live at that point."""
-        n = len(self.instrs) + 1
-        plain = list(self._ended)
-        for ref, b in self.live.values():
-            al = ref()
-            if al is not None and al.first >= 0:
-                plain.append((al.first, al.last + 1, al.kind, b, al.name, al.shape))
-        in_order = list(plain)
-        at_best = list(plain)
-        for al in self._block_allocs:
-            spans = list(al.blocks.values())  # type: ignore[union-attr]
-            if not spans:
-                continue
-            for first, last in spans:
-                in_order.append((first, last + 1, al.kind, al.block_bytes, al.name, al.shape))
-            first = min(f for f, _ in spans)
-            last = max(e for _, e in spans)
-            at_best.append((first, last + 1, al.kind, al.block_bytes * al.block_peak, al.name, al.shape))
-        for kind in ("sbuf", "psum"):
-            rows = [iv for iv in at_best if iv[2] == kind]
-            use, spans = self._sweep(rows, n)
-            if self._block_allocs:
-                peak, _ = self._sweep([iv for iv in in_order if iv[2] == kind], n)
-            else:
-                peak = use  # without block tensors the two figures are one
-            if peak is not None:
-                self.peak_bytes[kind] = max(self.peak_bytes[kind], int(peak.max()))
-            if use is None or use.max() <= self.capacity[kind]:
-                continue
-            t = int(np.argmax(use > self.capacity[kind]))
-            live = [(r[3], f"{r[4]} {list(r[5])} ({r[3]} B)") for r, (s0, e0) in zip(rows, spans) if s0 <= t < e0]
-            live.sort(key=lambda x: -x[0])
-            names = ", ".join(txt for _, txt in live[:8]) + (f" and {len(live) - 8} more" if len(live) > 8 else "")
-            ins = self.instrs[min(t, len(self.instrs) - 1)]
-            raise self.fail(
-                f"{kind.upper()} capacity exceeded",
-                f"{use[t]} bytes per partition live at instruction {t} ({ins.opcode}) even with one block "
-                f"of each block tensor, over the {self.capacity[kind]} of {self.hw.name}; live: {names}",
-                (self.file, ins.line),
-            )
-
-    @staticmethod
-    def _sweep(rows: list[tuple[Any, ...]], n: int) -> tuple[Any, list[tuple[int, int]]]:
-        """Bytes in use at each instruction index, from (start, end, kind, bytes, ...) spans."""
-        if not rows:
-            return None, []
-        start = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-        end = np.fromiter((r[1] for r in rows), np.int64, len(rows))
-        size = np.fromiter((r[3] for r in rows), np.int64, len(rows))
-        delta = np.bincount(start, weights=size, minlength=n + 1) - np.bincount(end, weights=size, minlength=n + 1)
-        return np.cumsum(delta).astype(np.int64), list(zip(start.tolist(), end.tolist()))
-
     # ---- loops ---------------------------------------------------------------------------------
     def loop(self, kind: str, r: range) -> Iterator[int]:
         """Iterate `r` as an NKI loop: record it, and end the life of each iteration's tiles."""
@@ -392,14 +140,15 @@ class Machine:
         isz = al.dtype.itemsize
         parts = phi - plo if pa is not None else 1
         ident = al.id
-        if al.blocks is not None and all(v.sizes[a] == 1 for a in range(pa)):  # type: ignore[arg-type]
+        if al.blocks is not None and pa is not None and all(v.sizes[a] == 1 for a in range(pa)):
             # One block of a block tensor: its own buffer (blocks are allocated apart, by
             # liveness), so the simulator tracks its accesses apart from the other blocks'.
             key = (al.id, v.starts[:pa])
-            ident = self._block_ids.get(key)  # type: ignore[assignment]
-            if ident is None:
-                ident = self._block_ids[key] = BLOCK_ID_BASE + len(self._block_ids)
-            base = sum(v.starts[a] * al.strides[a] for a in range(pa))  # type: ignore[arg-type]
+            known = self._block_ids.get(key)
+            if known is None:
+                known = self._block_ids[key] = BLOCK_ID_BASE + len(self._block_ids)
+            ident = known
+            base = sum(v.starts[a] * al.strides[a] for a in range(pa))
             lo -= base
             hi -= base
         return Access(ident, al.kind, plo, phi, lo * isz, (hi + 1) * isz, touched * isz * parts, (stride or 1) * isz)
@@ -459,16 +208,18 @@ class Machine:
         out = np.ones(dst.shape, dtype=bool)
         transpose = opcode in ("nc_transpose", "dma_transpose") or dict(attrs).get("is_transpose")
         if opcode == "nc_matmul" and not transpose:
-            masks = {
+            masks: dict[str, np.ndarray] = {
                 role: (np.ones(v.shape, bool) if m is None else m).reshape(v.partitions, -1) for role, v, m in reads
             }
             if "stationary" in masks and "moving" in masks:
-                cols = masks["stationary"].all(0)[:, None] & masks["moving"].all(0)[None, :]
+                stationary_cols = np.asarray(masks["stationary"].all(0))
+                moving_cols = np.asarray(masks["moving"].all(0))
+                cols = stationary_cols[:, None] & moving_cols[None, :]
                 out &= cols.reshape(dst.shape) if cols.size == out.size else cols.all()
             if "dst" in masks:
                 out &= masks["dst"].reshape(dst.shape)
             return out
-        for role, v, m in reads:
+        for _, _, m in reads:
             if m is None:
                 continue
             if m is False:

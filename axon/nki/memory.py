@@ -10,224 +10,28 @@ not here (see `machine.py`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from axon.errors import NKIError
+from axon.nki.allocation import Allocation
+from axon.nki.context import maybe_active
+from axon.nki.dtypes import Buffer, psum, sbuf, shared_hbm
 from axon.nki.indexing import DynSlice, IndexExpr, MGrid, Predicate, arange, ds, mgrid  # noqa: F401
-
-# ---- dtypes ------------------------------------------------------------------------------------
-
-float32 = np.dtype(np.float32)
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
-float16 = np.dtype(np.float16)
-tfloat32 = float32  # tf32 is a TensorE input mode; its storage is fp32
-float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
-float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
-int8, int16, int32 = np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32)
-uint8, uint16, uint32 = np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)
-bool_ = np.dtype(np.bool_)
-
-_DTYPE_NAMES = {
-    "float32": float32,
-    "fp32": float32,
-    "bfloat16": bfloat16,
-    "bf16": bfloat16,
-    "float16": float16,
-    "fp16": float16,
-    "tfloat32": tfloat32,
-    "float8_e4m3": float8_e4m3,
-    "float8_e5m2": float8_e5m2,
-    "int8": int8,
-    "int16": int16,
-    "int32": int32,
-    "uint8": uint8,
-    "uint16": uint16,
-    "uint32": uint32,
-    "bool": bool_,
-}
-
-
-def as_dtype(dtype: Any) -> np.dtype:
-    """A NumPy dtype from an nl dtype, a NumPy dtype/type or a name such as "bfloat16"."""
-    if isinstance(dtype, str):
-        if dtype in _DTYPE_NAMES:
-            return _DTYPE_NAMES[dtype]
-        raise NKIError(f"unknown dtype {dtype!r}; expected one of {', '.join(sorted(_DTYPE_NAMES))}")
-    try:
-        return np.dtype(dtype)
-    except TypeError:
-        raise NKIError(f"unknown dtype {dtype!r}") from None
-
-
-def dtype_name(dtype: np.dtype) -> str:
-    return dtype.name
+from axon.nki.view_ops import ViewOperators
 
 
 def _index_error(msg: str) -> NKIError:
     """An indexing error at the kernel line being executed (when a kernel is running)."""
-    from axon.nki.machine import maybe_active
-
     m = maybe_active()
     return m.fail("index", msg) if m is not None else NKIError(msg)
-
-
-# ---- buffers -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """A memory an ndarray can live in; `kind` is what the trace records ("hbm", "sbuf", "psum")."""
-
-    name: str
-    kind: str
-
-
-sbuf = Buffer("sbuf", "sbuf")
-psum = Buffer("psum", "psum")
-hbm = Buffer("hbm", "hbm")
-private_hbm = Buffer("private_hbm", "hbm")
-shared_hbm = Buffer("shared_hbm", "hbm")
-
-
-class par_dim(int):
-    """Marks the partition axis in a buffer shape: `(n, nl.par_dim(128), 512)`."""
-
-    @property
-    def size(self) -> int:
-        return int(self)
 
 
 # ---- allocations and views ---------------------------------------------------------------------
 
 
-class Allocation:
-    """One tensor in one memory. `data`/`written` are None in trace mode."""
-
-    __slots__ = (
-        "id",
-        "kind",
-        "name",
-        "shape",
-        "dtype",
-        "par_axis",
-        "strides",
-        "data",
-        "written",
-        "ever_written",
-        "temp",
-        "producer",
-        "last_write",
-        "release",
-        "blocks",
-        "block_bytes",
-        "block_peak",
-        "_root",
-        "first",
-        "last",
-        "__weakref__",
-    )
-
-    def __init__(
-        self,
-        id: int,
-        kind: str,
-        name: str,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        par_axis: int | None,
-        execute: bool,
-    ) -> None:
-        self.id = id
-        self.kind = kind
-        self.name = name
-        self.shape = shape
-        self.dtype = dtype
-        self.par_axis = par_axis
-        # Element strides of the layout: HBM is row-major over all axes; on chip the partition
-        # axis is the physical partition and the other axes are row-major within each partition.
-        strides = [0] * len(shape)
-        acc = 1
-        for a in range(len(shape) - 1, -1, -1):
-            if a != par_axis:
-                strides[a] = acc
-                acc *= shape[a]
-        self.strides = tuple(strides)
-        self.data: np.ndarray | None = None
-        self.written: np.ndarray | None = None
-        if execute:
-            if par_axis:
-                # Block dimensions: often far larger than the memory they are allocated in (by
-                # liveness); untouched blocks must cost no host memory, so no fill (pages stay
-                # unmapped). What was never written is tracked by `written`, not by the values.
-                self.data = np.empty(shape, dtype=dtype)
-            else:
-                fill = np.nan if dtype.kind == "f" or dtype in (bfloat16, float8_e4m3, float8_e5m2) else 0
-                self.data = np.full(shape, fill, dtype=dtype)
-            self.written = np.zeros(shape, dtype=bool)
-        self.ever_written = False
-        self.temp = False  # a result tile an instruction allocated itself (legacy return values)
-        self.producer = -1  # index of the last instruction that wrote it
-        self.last_write: Any = None  # the View that instruction wrote
-        self.release: Any = None  # callback that frees it from the live set
-        # Tensors with block dimensions: block index -> [first, last] instruction touching it.
-        self.blocks: dict[tuple[int, ...], list[int]] | None = None
-        self.block_bytes = 0
-        self.block_peak = 1  # most blocks one instruction touches at once
-        self.first = self.last = -1  # first and last instruction that accessed it (liveness)
-        self._root: Allocation | None = None  # the allocation an alias header belongs to
-
-    @property
-    def root(self) -> Allocation:
-        """The allocation this header belongs to: itself, unless it is an alias."""
-        return self._root or self
-
-    def alias(self, axis: int, split: tuple[int, ...], order: tuple[int, ...]) -> Allocation:
-        """A second header over the same memory (same id, storage, blocks) with `axis` split into
-        `split` (row-major) and the sub-axes then taken in `order`; writes through it count for this
-        allocation (`root`)."""
-        n = len(self.shape)
-        flat = self.shape[:axis] + split + self.shape[axis + 1 :]
-        perm = tuple(range(axis)) + tuple(axis + j for j in order) + tuple(range(axis + len(split), len(flat)))
-        shape = tuple(flat[p] for p in perm)
-        alias = Allocation(self.id, self.kind, self.name, shape, self.dtype, self.par_axis, False)
-        strides = []
-        for a in range(n):
-            if a != axis:
-                strides.append(self.strides[a])
-                continue
-            inner = self.strides[a]
-            sub = []
-            for size in reversed(split):
-                sub.append(inner)
-                inner *= size
-            strides.extend(reversed(sub))
-        alias.strides = tuple(strides[p] for p in perm)
-        alias._root = self.root
-        if self.data is not None:
-            alias.data = np.reshape(self.data, flat, copy=False).transpose(perm)
-            alias.written = np.reshape(self.written, flat, copy=False).transpose(perm)  # type: ignore[arg-type]
-        alias.blocks, alias.block_bytes, alias.temp = self.blocks, self.block_bytes, False
-        return alias
-
-    @property
-    def free_bytes(self) -> int:
-        """Bytes per partition (on chip) or total bytes (HBM)."""
-        n = 1
-        for a, s in enumerate(self.shape):
-            if a != self.par_axis:
-                n *= s
-        return n * self.dtype.itemsize
-
-    def __del__(self) -> None:
-        if self.release is not None:
-            self.release(self)
-
-
-class View:
+class View(ViewOperators):
     """A strided box of an allocation: `starts`/`steps`/`sizes` per allocation axis, `kept` the
     axes that remain dimensions (integer-indexed axes are dropped), `vars` the index variable
     behind each kept dimension (for masks), or None.
@@ -343,8 +147,6 @@ class View:
         starts, sizes = list(self.starts), list(self.sizes)
         # Only a mask variable no index expression uses is positional (a fresh nl.arange, as the
         # compiler writes masks); one that indexes some operand restricts the dims it indexes.
-        from axon.nki.machine import maybe_active
-
         m = maybe_active()
         used = m.indexed_vars if m is not None else set()
         by_pos = {pos: (lo, hi) for lo, hi, pos in box.values()}
@@ -352,9 +154,11 @@ class View:
         changed = False
         for d, a in enumerate(self.kept):
             rng = None
-            if self.vars is not None and self.vars[d] is not None:
-                v = box.get(self.vars[d])  # type: ignore[arg-type]
-                rng = (v[0], v[1]) if v else fresh_pos.get(self.vpos[d])  # type: ignore[index]
+            var = self.vars[d] if self.vars is not None else None
+            if var is not None:
+                v = box.get(var)
+                pos = self.vpos[d] if self.vpos is not None else None
+                rng = (v[0], v[1]) if v else (fresh_pos.get(pos) if pos is not None else None)
             elif self.vars is None:
                 rng = by_pos.get(d)
             if rng is None:
@@ -447,8 +251,6 @@ class View:
                     )
                 last_pos = pos
                 if indexed is None:
-                    from axon.nki.machine import maybe_active
-
                     m = maybe_active()
                     indexed = m.indexed_vars if m is not None else set()
                 indexed.add(vid)
@@ -561,71 +363,6 @@ class View:
         )
         view.maybe_oob = self.maybe_oob
         return view, tuple(parts[j] for j in order)
-
-    # ---- kernel-facing operators (the legacy API's tile expressions) -------------------------
-    def __getitem__(self, key: Any) -> View:
-        return self.index(key)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        from axon.nki.legacy_isa import assign
-
-        assign(self.index(key), value)
-
-    def __iadd__(self, value: Any) -> View:
-        from axon.nki.legacy_isa import accumulate
-
-        return accumulate(self, value, "add")
-
-    def __isub__(self, value: Any) -> View:
-        from axon.nki.legacy_isa import accumulate
-
-        return accumulate(self, value, "subtract")
-
-    def __imul__(self, value: Any) -> View:
-        from axon.nki.legacy_isa import accumulate
-
-        return accumulate(self, value, "multiply")
-
-    def _bin(self, other: Any, fn: str, reverse: bool = False) -> Any:
-        from axon.nki import language as nl
-
-        op = getattr(nl, fn)
-        return op(other, self) if reverse else op(self, other)
-
-    def __add__(self, o: Any) -> Any:
-        return self._bin(o, "add")
-
-    def __radd__(self, o: Any) -> Any:
-        return self._bin(o, "add", True)
-
-    def __sub__(self, o: Any) -> Any:
-        return self._bin(o, "subtract")
-
-    def __rsub__(self, o: Any) -> Any:
-        return self._bin(o, "subtract", True)
-
-    def __mul__(self, o: Any) -> Any:
-        return self._bin(o, "multiply")
-
-    def __rmul__(self, o: Any) -> Any:
-        return self._bin(o, "multiply", True)
-
-    def __truediv__(self, o: Any) -> Any:
-        return self._bin(o, "divide")
-
-    def __rtruediv__(self, o: Any) -> Any:
-        return self._bin(o, "divide", True)
-
-    def __pow__(self, o: Any) -> Any:
-        return self._bin(o, "power")
-
-    def __neg__(self) -> Any:
-        return self._bin(-1.0, "multiply")
-
-    def broadcast_to(self, shape: Any) -> View:
-        from axon.nki.language import _broadcast
-
-        return _broadcast(self, tuple(shape))
 
     def reshape(self, *shape: Any) -> View:
         shp = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)

@@ -7,21 +7,28 @@ become an `NKIError` naming the kernel line. Nothing here computes or checks har
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
+import linecache
 import os
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from axon.errors import AxonError, NKIError
-from axon.nki.machine import Machine, maybe_active
-from axon.nki.memory import View, as_dtype
-from axon.target.hardware import HardwareSpec, load_hw
+from axon.nki.context import maybe_active
+from axon.nki.dtypes import as_dtype
+from axon.nki.machine import Machine
+from axon.nki.memory import View
+from axon.nki.shim import install_import_shim
+from axon.target.hardware import DEFAULT_HW, HardwareSpec, load_hw
 from axon.target.trace import Trace
 
 
@@ -70,6 +77,11 @@ def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
     return run(kernel, *args, **kwargs)
 
 
+def install_shim() -> None:
+    """`import nki` and `import neuronxcc.nki` resolve to the emulator (see `axon.nki.shim`)."""
+    install_import_shim(jit, simulate_kernel)
+
+
 def load_kernel(ref: str, name: str | None = None) -> Callable[..., Any]:
     """The kernel function `fn` from `"path/to/file.py:fn"` (imports resolve to the emulator).
 
@@ -79,8 +91,6 @@ def load_kernel(ref: str, name: str | None = None) -> Callable[..., Any]:
     >>> axon.nki.load_kernel(f"{p}:k").__name__
     'k'
     """
-    from axon.nki.shim import install_import_shim
-
     path, sep, fn_name = ref.rpartition(":")
     if not sep or not path:
         path, fn_name = ref, name or ""
@@ -89,7 +99,7 @@ def load_kernel(ref: str, name: str | None = None) -> Callable[..., Any]:
     file = Path(path)
     if not file.is_file():
         raise NKIError(f"kernel file {path} not found")
-    install_import_shim()
+    install_shim()
     mod_name = f"axon_kernel_{abs(hash(str(file.resolve())))}"
     spec = importlib.util.spec_from_file_location(mod_name, file)
     assert spec is not None and spec.loader is not None
@@ -116,13 +126,8 @@ def load_source(source: str, name: str | None = None) -> Callable[..., Any]:
     >>> axon.nki.load_source(chr(10).join(["import nki", "@nki.jit", "def k(a):", "    return a", ""])).__name__
     'k'
     """
-    import hashlib
-    import linecache
-    import types
 
-    from axon.nki.shim import install_import_shim
-
-    install_import_shim()
+    install_shim()
     file = f"nki_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
     linecache.cache[file] = (len(source), None, source.splitlines(True), file)
     module = types.ModuleType(file[:-3])
@@ -141,7 +146,7 @@ def load_source(source: str, name: str | None = None) -> Callable[..., Any]:
         if fn is None:
             raise NKIError(f"{file}: no kernel function {name!r}")
         return fn
-    found = [v for v in module.__dict__.values() if isinstance(v, Kernel)]
+    found: list[Any] = [v for v in module.__dict__.values() if isinstance(v, Kernel)]
     if not found:
         found = [v for v in module.__dict__.values() if inspect.isfunction(v) and v.__module__ == module.__name__]
     if len(found) != 1:
@@ -255,17 +260,11 @@ def _outputs(machine: Machine, result: Any) -> tuple[View, ...]:
 def _small_blas() -> Any:
     """Run BLAS single-threaded while emulating: every nc_matmul is a small (<=128x128x512) product,
     for which thread start-up and synchronization cost far more than the arithmetic, above all on
-    a loaded machine. threadpoolctl is optional (present with scikit-learn, an MLflow dependency)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        import contextlib
-
-        return contextlib.nullcontext()
+    a loaded machine."""
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def run(kernel: Any, *arrays: Any, hw: str | HardwareSpec = "trn1", **kwargs: Any) -> Any:
+def run(kernel: Any, *arrays: Any, hw: str | HardwareSpec = DEFAULT_HW, **kwargs: Any) -> Any:
     """Execute `kernel` on NumPy arrays; returns its output array, or a tuple of them.
 
     `kernel` is a function (plain or `@nki.jit`), `"file.py:fn"`, or NKI source text.
@@ -289,7 +288,7 @@ def run(kernel: Any, *arrays: Any, hw: str | HardwareSpec = "trn1", **kwargs: An
     return outs[0] if len(outs) == 1 else outs
 
 
-def run_with_trace(kernel: Any, *arrays: Any, hw: str | HardwareSpec = "trn1", **kwargs: Any) -> tuple[Any, Trace]:
+def run_with_trace(kernel: Any, *arrays: Any, hw: str | HardwareSpec = DEFAULT_HW, **kwargs: Any) -> tuple[Any, Trace]:
     """`run`, also returning the trace of the executed instructions."""
     with _small_blas():
         machine, result = _execute(kernel, arrays, kwargs, hw, execute=True)
@@ -299,7 +298,7 @@ def run_with_trace(kernel: Any, *arrays: Any, hw: str | HardwareSpec = "trn1", *
 
 
 def trace(
-    kernel: Any, *arrays_or_specs: Any, hw: str | HardwareSpec = "trn1", loop_limit: Any = None, **kwargs: Any
+    kernel: Any, *arrays_or_specs: Any, hw: str | HardwareSpec = DEFAULT_HW, loop_limit: Any = None, **kwargs: Any
 ) -> Trace:
     """Run `kernel` on shapes only and return the instruction `Trace` (no arrays allocated).
 

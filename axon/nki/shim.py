@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable
+from typing import Any
+
+from axon.nki import compiler, current_isa, language, legacy_isa
+from axon.nki import typing as nki_typing
 
 
 def _package(name: str, **attrs: object) -> types.ModuleType:
@@ -18,8 +23,10 @@ def _package(name: str, **attrs: object) -> types.ModuleType:
     return mod
 
 
-def install_import_shim() -> None:
+def install_import_shim(jit: Callable[..., Any], simulate_kernel: Callable[..., Any]) -> None:
     """Register the emulator as `nki`, `nki.language`, `nki.isa`, `neuronxcc.nki(.language|.isa|.typing)`.
+
+    `jit` and `simulate_kernel` are the runner's (`axon.nki.install_import_shim()` passes them).
 
     >>> from axon.nki import install_import_shim
     >>> install_import_shim()
@@ -27,17 +34,14 @@ def install_import_shim() -> None:
     >>> nl.tile_size.pmax
     128
     """
-    from axon.nki import compiler, current_isa, language, legacy_isa, runner
-    from axon.nki import typing as nki_typing
-
     # `trace` is the decorator compiler-emitted kernels import with `from neuronxcc.nki import trace`.
     common = dict(
-        jit=runner.jit,
-        baremetal=runner.jit,
-        benchmark=runner.jit,
-        trace=runner.jit,
-        profile=runner.jit,
-        simulate_kernel=runner.simulate_kernel,
+        jit=jit,
+        baremetal=jit,
+        benchmark=jit,
+        trace=jit,
+        profile=jit,
+        simulate_kernel=simulate_kernel,
         language=language,
         typing=nki_typing,
         compiler=compiler,

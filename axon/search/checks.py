@@ -12,10 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
+from axon import nki
 from axon.errors import AxonError
-from axon.ir import Graph, evaluate, flops, max_rel_error
+from axon.ir import Graph, evaluate, flops, max_rel_error, reference_case
 from axon.measure.backend import write_kernel
 from axon.search.problem import LoweredProblem
 from axon.verify.adversarial import ACCURACY_FACTOR, cases, class_inputs, evaluate_in, input_ranges, tolerance
@@ -56,7 +58,6 @@ def _checkable(
 
 
 def _kernel(problem: LoweredProblem, point: dict[str, Any], directory: str | Path) -> Any:
-    from axon import nki
 
     cand = problem.build(point)
     path = write_kernel(cand.source, directory)
@@ -64,7 +65,6 @@ def _kernel(problem: LoweredProblem, point: dict[str, Any], directory: str | Pat
 
 
 def _run(fn: Any, problem: LoweredProblem, graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from axon import nki
 
     arrays = [
         inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype)
@@ -88,7 +88,6 @@ def numerics_check(
     at most 512, 1024 or 2048: the first at which the point lowers) with the same point, so the same
     tiling code runs on real numbers.
     """
-    from axon.ir import reference_case
 
     problem, graph, dims = _checkable(problem, point, max_flops)
     fn = _kernel(problem, point, directory)
@@ -189,7 +188,6 @@ def adversarial_check(
 
 
 def _cast(x: np.ndarray, dtype: str) -> np.ndarray:
-    import ml_dtypes
 
     return x.astype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}.get(dtype, np.float32))
 

@@ -10,13 +10,15 @@ the sampler does.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from axon.errors import StoreError
+from axon.lazy import xgboost
 from axon.measure.records import Record
 
 
@@ -40,7 +42,7 @@ def normalized_labels(records: Sequence[Record]) -> np.ndarray:
     for r in records:
         if r.latency_ns is not None:
             best[r.task] = min(best.get(r.task, np.inf), r.latency_ns)
-    return np.array([best[r.task] / r.latency_ns for r in records], dtype=np.float64)
+    return np.array([best[r.task] / r.latency_ns if r.latency_ns else np.nan for r in records], dtype=np.float64)
 
 
 def ranking_accuracy(scores: np.ndarray, labels: np.ndarray, tasks: Sequence[str]) -> Accuracy:
@@ -91,7 +93,7 @@ class CostModel:
     ) -> None:
         self.rounds = rounds
         self.hw: str | None = None  # the hardware file the records it was trained on came from (saved with it)
-        self.params = {
+        self.params: dict[str, Any] = {
             "objective": "reg:squarederror",
             "max_depth": max_depth,
             "eta": eta,
@@ -129,7 +131,8 @@ class CostModel:
     # features ------------------------------------------------------------------------------------
     def _matrix(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
         names = self.feature_names
-        X = np.zeros((len(features), len(names)), dtype=np.float32)
+        # a feature a row lacks is missing to XGBoost (NaN), never a made-up zero
+        X = np.full((len(features), len(names)), np.nan, dtype=np.float32)
         index = {n: i for i, n in enumerate(names)}
         for row, f in enumerate(features):
             for k, v in f.items():
@@ -141,8 +144,7 @@ class CostModel:
     # training ------------------------------------------------------------------------------------
     def fit(self, records: Sequence[Record], holdout: float = 0.2) -> Accuracy | None:
         """Retrain on every ok record; report ranking accuracy on a held-out share (by kernel hash)."""
-        import xgboost as xgb
-
+        xgb = xgboost()
         ok = [r for r in records if r.status == "ok" and r.latency_ns]
         if len(ok) < 2:
             return None
@@ -169,7 +171,7 @@ class CostModel:
         self.n_trained = int(train.sum())
         self.replicas = []
         if self.n_replicas and self.n_trained <= self.replica_max_records:
-            rng = np.random.default_rng(self.params["seed"] + self.n_trained)
+            rng = np.random.default_rng(int(self.params["seed"]) + self.n_trained)
             rows = np.flatnonzero(train)
             for _ in range(self.n_replicas):
                 pick = rng.choice(rows, size=len(rows), replace=True)
@@ -188,8 +190,7 @@ class CostModel:
 
     def predict(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
         """Predicted normalized throughput for each feature dict (zeros when untrained)."""
-        import xgboost as xgb
-
+        xgb = xgboost()
         booster = self.booster or self.base_booster
         if booster is None or not features:
             return np.zeros(len(features))
@@ -198,8 +199,7 @@ class CostModel:
     def predict_spread(self, features: Sequence[Mapping[str, float]]) -> np.ndarray | None:
         """Standard deviation of the bootstrap replicas' predictions: small where the records pin the
         model down (next to measured kernels), large where it extrapolates. None without replicas."""
-        import xgboost as xgb
-
+        xgb = xgboost()
         if not self.replicas or not features:
             return None
         d = xgb.DMatrix(self._matrix(features), feature_names=self.feature_names)
@@ -227,8 +227,7 @@ class CostModel:
     @classmethod
     def load(cls, path: str | Path, warm_start: bool = True) -> CostModel:
         """A saved model; with warm_start, later `fit` calls continue training from it."""
-        import xgboost as xgb
-
+        xgb = xgboost()
         path = Path(path)
         if not path.is_file():
             raise StoreError(f"cost model {path} not found")

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from axon.errors import SpecError, StoreError
+from axon.errors import AxonError, SpecError, StoreError
 from axon.ir import Graph, flops, matmul_flops, min_bytes
+from axon.search.request import TuneRequest
+from axon.search.variants import workload_graph
+from axon.target import HardwareSpec
+from axon.workdir import Workdir
+from axon.workloads import Workload, get
 
 GiB = 2**30
 # the emulator traces about 2-4 x 10^4 instructions per second and keeps about 1 KB per traced
@@ -84,16 +89,16 @@ def _gib(n: float) -> str:
     return f"{n / GiB:,.1f} GiB"
 
 
-def check_tune(graph: Graph, hw: object, what: str) -> Estimate:
+def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
     """SpecError when `graph` cannot be tuned on `hw` here (HBM, host memory, seconds per trial)."""
     est = estimate(graph)
     shape = ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
-    hbm = hw.memory.hbm_bytes  # type: ignore[attr-defined]
+    hbm = hw.memory.hbm_bytes
     if est.hbm_bytes > hbm:
         raise SpecError(
             f"{what} at {shape} needs {_gib(est.hbm_bytes)} of HBM for its inputs and outputs, "
             f"{hw.name} has {_gib(hbm)} per NeuronCore: use a smaller --shape (or --force)"
-        )  # type: ignore[attr-defined]
+        )
     limit = HOST_FRACTION * host_memory()
     if est.host_bytes > limit:
         raise SpecError(
@@ -119,22 +124,10 @@ def check_evaluate(graph: Graph, what: str) -> None:
         )
 
 
-def prepare_workdir(workdir: str | Path) -> Path:
-    """The work directory, created if missing; StoreError when it is a file or cannot be created."""
-    workdir = Path(workdir)
-    if workdir.exists() and not workdir.is_dir():
-        raise StoreError(f"workdir {workdir} is a file, not a directory: pass another --workdir")
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"workdir {workdir} cannot be created: {exc.strerror or exc}") from None
-    return workdir
-
-
-def kernel_out_path(out: str | Path | None, workdir: Path, name: str, hw: str, khash: str) -> Path:
+def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str, khash: str) -> Path:
     """Where the best kernel goes: `out` (its directory must exist) or WORKDIR/kernels/<name>_<hw>_<hash>.py."""
     if not out:
-        return workdir / "kernels" / f"{name}_{hw}_{khash[:8]}.py"
+        return workdir.kernels / f"{name}_{hw}_{khash[:8]}.py"
     path = Path(out)
     if path.is_dir():
         raise StoreError(f"--out {out} is a directory: give a file path, e.g. {path / (name + '.py')}")
@@ -184,42 +177,28 @@ def corrupt_journal(path: Path | str, what: str) -> str:
     )
 
 
-def preflight(
-    workload: str,
-    shape: dict[str, int] | None,
-    preset: str,
-    dtype: str,
-    hw: str,
-    workdir: str | Path,
-    out: str | Path | None,
-    force: bool,
-    storage: str | None = None,
-) -> None:
-    """Every check `axon.search.api.tune` makes before its first trace, without its imports (optuna,
-    the emulator): what the CLI runs first, so a refusal comes within a second or two."""
-    from axon.target import load_hw
-    from axon.workloads import get
-
-    workdir = prepare_workdir(workdir)
-    w = get(workload)
-    shape = dict(shape or {})
-    graph = w.graph(preset, dtype=dtype, **shape) if w.presets else w.graph(None, dtype=dtype, **shape)
-    spec = load_hw(hw)
-    kernel_out_path(out, workdir, w.kernel_name, spec.name, "0" * 8)
-    if storage is None or "://" not in storage:
-        check_journal(Path(storage) if storage else workdir / "optuna.log")
-    if not force:
-        check_tune(graph, spec, w.name)
+def preflight(request: TuneRequest) -> tuple[Workload, Graph]:
+    """Every check a tuning run makes before its first trace: the spec traces at its shape, --out
+    and the journal are usable, and (unless `force`) the problem fits the hardware's HBM and this
+    machine's memory and time. Returns the workload and its graph."""
+    w = get(request.workload)
+    graph = workload_graph(w, request.preset, request.dtype, request.shape)
+    kernel_out_path(request.out, request.workdir, w.kernel_name, request.hw.name, "0" * 8)
+    if request.storage is None or "://" not in request.storage:
+        check_journal(Path(request.storage) if request.storage else request.workdir.journal)
+    if not request.force:
+        check_tune(graph, request.hw, w.name)
+    return w, graph
 
 
-def preflight_sweep(config: Any, workdir: str | Path) -> None:
+def preflight_sweep(config: Any, workdir: Workdir) -> None:
     """`preflight` for every task of a `SweepConfig`, the error naming the config file and the entry."""
-    from axon.errors import AxonError
-
-    workdir = prepare_workdir(workdir)
-    check_journal(workdir / "optuna.log")
+    check_journal(workdir.journal)
     for hw, entry in config.tasks():
         try:
-            preflight(config.workload(entry), entry.dims, entry.preset, entry.dtype, hw, workdir, None, False)
+            request = TuneRequest.make(
+                config.workload(entry), shape=entry.dims, preset=entry.preset, dtype=entry.dtype, hw=hw, workdir=workdir
+            )
+            preflight(request)
         except AxonError as exc:
             raise type(exc)(f"{config.source}: entry {entry.key(hw)}: {exc}") from None

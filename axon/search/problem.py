@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from optuna.distributions import CategoricalDistribution
@@ -22,6 +22,7 @@ from axon.lower import lower
 from axon.lower.emit import emit
 from axon.lower.space import Space
 from axon.measure.backend import kernel_hash
+from axon.measure.records import task_key
 from axon.search.features import program_features
 from axon.search.roofline import roofline
 from axon.search.sampler import point_key
@@ -29,20 +30,31 @@ from axon.search.tuner import Candidate
 from axon.target import HardwareSpec
 
 
+class Variant(Protocol):
+    """A graph the search may lower: the original or a proved rewrite of it (`axon.synth.Variant`)."""
+
+    graph: Graph
+    hash: str
+    moves: Sequence[Any]  # the moves applied, each with a `.name`
+    proofs: Sequence[Any]
+
+
 class LoweredProblem:
     """Tune `graph` (bound to its shapes) on `hw` over `variants` (objects with `.graph`, `.hash`)."""
 
-    def __init__(self, workload: str, graph: Graph, hw: HardwareSpec, variants: Sequence[Any], dtype: str) -> None:
+    def __init__(
+        self, workload: str, graph: Graph, hw: HardwareSpec, variants: Sequence[Variant], dtype: str, label: str = ""
+    ) -> None:
         if not variants:
             raise AxonError(f"{workload}: no variant to tune")
-        self.workload, self.graph, self.hw, self.dtype = workload, graph, hw, dtype
+        self.workload, self.graph, self.hw, self.dtype, self.label = workload, graph, hw, dtype, label
         self.shapes = dict(graph.bindings)
         self.variants, self.spaces, self.skipped = [], [], []
         for v in variants:
             try:
                 space = Space(v, hw)
             except AxonError as exc:  # a proved variant the lowering cannot express yet: say so, tune the rest
-                self.skipped.append((getattr(v, "hash", ""), str(exc)))
+                self.skipped.append((v.hash, str(exc)))
                 continue
             self.variants.append(v)
             self.spaces.append(space)
@@ -50,7 +62,7 @@ class LoweredProblem:
             raise AxonError(f"{workload}: no variant can be lowered: {self.skipped[0][1]}")
         self._flops = float(matmul_flops(graph))
         self._min_bytes = float(min_bytes(graph))
-        self._roofline_ns = roofline(graph, hw).bound_ns
+        self.roofline_ns = roofline(graph, hw).bound_ns
         choices: dict[str, list[Any]] = {}
         for space in self.spaces:
             for knob in space.knobs:
@@ -60,6 +72,11 @@ class LoweredProblem:
         self._dists.update({k: CategoricalDistribution(tuple(v)) for k, v in sorted(choices.items())})
         self._lowered = lru_cache(maxsize=4096)(self._lower_key)
         self._featured = lru_cache(maxsize=4096)(self._features_key)
+
+    @property
+    def task(self) -> str:
+        """The task key of this problem's records."""
+        return task_key(self.workload, self.shapes, self.dtype, self.hw.file_hash, self.label)
 
     # the search space ------------------------------------------------------------------------------
     def distributions(self) -> dict[str, CategoricalDistribution]:
@@ -155,9 +172,9 @@ class LoweredProblem:
         prog = self.program(point)
         if isinstance(prog, str):
             return {}
-        f = program_features(prog, self.hw, self._flops, self._min_bytes, self._roofline_ns)
+        f = program_features(prog, self.hw, self._flops, self._min_bytes, self.roofline_ns)
         index, _ = self._split(point)
-        f["variant_moves"] = float(len(getattr(self.variants[index], "moves", ())))
+        f["variant_moves"] = float(len(self.variants[index].moves))
         return f
 
     def build(self, point: Mapping[str, Any]) -> Candidate:
@@ -168,18 +185,11 @@ class LoweredProblem:
         source = emit(prog)
         inputs = tuple((n.attr("name"), self.graph.concrete_shape(n.id), n.type.dtype) for n in self.graph.inputs)
         variant = self.variants[index]
-        return Candidate(
-            source,
-            prog.name,
-            inputs,
-            self.features(point),
-            getattr(variant, "hash", self.graph.canonical_hash()),
-            kernel_hash(source),
-        )
+        return Candidate(source, prog.name, inputs, self.features(point), variant.hash, kernel_hash(source))
 
     def describe(self, point: Mapping[str, Any]) -> str:
         index, knobs = self._split(point)
-        moves = [m.name for m in getattr(self.variants[index], "moves", ())]
+        moves = [m.name for m in self.variants[index].moves]
         return f"variant {index} ({' + '.join(moves) or 'as written'}), " + ", ".join(
             f"{k}={v}" for k, v in sorted(knobs.items())
         )

@@ -187,8 +187,8 @@ class CostModelSampler(BaseSampler):
                 best = int(np.argmax(scores))
                 self.last_prediction = float(scores[best])
                 return cands[best]
-        p = self._random_valid(seen)
-        return p if p is not None else {}
+        fallback = self._random_valid(seen)
+        return fallback if fallback is not None else {}
 
     def _scores(
         self, feats: list[Mapping[str, float]], n_done: int, use_model: bool, known: Sequence[Mapping[str, float]] = ()

@@ -12,13 +12,21 @@ import io
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from axon.measure.records import RecordDB
+from axon.errors import AxonError, SpecError
+from axon.measure.events import OnTrial
+from axon.measure.records import RecordDB, code_version
 from axon.search.costmodel import CostModel
+from axon.search.guards import preflight_sweep
+from axon.search.request import TuneRequest
 from axon.search.sweepconfig import SweepConfig, compare, load_sweep
+from axon.search.tuning import tune
+from axon.target import load_hw
+from axon.track import Tracker
+from axon.workdir import Workdir
 
 
 @dataclass(frozen=True)
@@ -152,8 +160,8 @@ class SweepReport:
         return buf.getvalue()
 
 
-def _state_path(workdir: Path, config: SweepConfig) -> Path:
-    return workdir / "sweeps" / f"{config.name}-{config.digest}.json"
+def _state_path(workdir: Workdir, config: SweepConfig) -> Path:
+    return workdir.sweeps / f"{config.name}-{config.digest}.json"
 
 
 def _previous(tracker: Any, name: str, exclude: str) -> dict[str, float | None]:
@@ -179,7 +187,7 @@ def _previous(tracker: Any, name: str, exclude: str) -> dict[str, float | None]:
 
 def run_sweep(
     config_path: str | Path,
-    workdir: str | Path,
+    workdir: str | Path | Workdir,
     *,
     fail_on_regression: bool = False,
     cost_model: str | None = None,
@@ -197,23 +205,15 @@ def run_sweep(
     SpecError naming it. An entry that fails while tuning is a row with its error
     (`SweepReport.failures`); a resumed sweep tunes failed entries again.
     """
-    from axon.errors import AxonError, SpecError
-    from axon.search.api import tune
-    from axon.search.guards import preflight_sweep
-    from axon.track import Tracker
-    from axon.track.tracker import workdir_store
-
     if trials is not None and trials < 1:
         raise SpecError(f"--trials must be at least 1, got {trials}")
     config = load_sweep(config_path)
     if trials is not None or sampler is not None:
-        from dataclasses import replace
-
         config = replace(config, trials=trials or config.trials, sampler=sampler or config.sampler)
+    workdir = Workdir.resolve(workdir)
     preflight_sweep(config, workdir)
-    workdir = Path(workdir)
-    uri, root = workdir_store(workdir)
-    tracker = Tracker(tracking_uri or uri, None if tracking_uri else root)
+    machines = {hw: load_hw(hw) for hw in config.hw}  # each hardware file read once
+    tracker = Tracker(tracking_uri or workdir.tracking_uri, None if tracking_uri else workdir.artifact_root)
     state_path = _state_path(workdir, config)
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     resume = state.get("status") == "running"
@@ -240,10 +240,8 @@ def run_sweep(
             state_path.write_text(json.dumps(state))
         previous = _previous(tracker, config.name, parent.run_id)
         tasks = config.tasks()
-        from axon.target import load_hw
-
         for i, (hw, entry) in enumerate(tasks):
-            machine = load_hw(hw)
+            machine = machines[hw]
             key = entry.key(machine.name)  # by the file's machine name: a recalibrated trn1 is still trn1
             # ... but its study is its own: trials measured on another file are not this task's
             study = f"sweep:{config.name}:{key}:{machine.file_hash[:12]}"
@@ -252,12 +250,12 @@ def run_sweep(
             if key in state["done"] and not state["done"][key].get("error"):
                 continue
             try:
-                report = tune(
+                request = TuneRequest.make(
                     config.workload(entry),
                     shape=entry.dims,
                     preset=entry.preset,
                     dtype=entry.dtype,
-                    hw=hw,
+                    hw=machine,
                     backend=config.backend,
                     trials=config.trials,
                     sampler=config.sampler,
@@ -267,17 +265,17 @@ def run_sweep(
                     study=study,
                     tracking_uri=tracking_uri,
                     parent_run=parent,
-                    on_trial=on_trial,
                 )
+                tuned = tune(request, [OnTrial(on_trial)] if on_trial else [])
                 done = {
-                    "latency_ns": report.best_latency_ns,
-                    "unfused_ns": report.unfused_ns,
-                    "expert_ns": report.expert_ns,
-                    "roofline_ns": report.roofline_ns,
-                    "run_id": report.run_id,
+                    "latency_ns": tuned.best_latency_ns,
+                    "unfused_ns": tuned.unfused_ns,
+                    "expert_ns": tuned.expert_ns,
+                    "roofline_ns": tuned.roofline_ns,
+                    "run_id": tuned.run_id,
                     "error": "",
                 }
-                tracker.client.set_tag(report.run_id, "axon.sweep_key", key)
+                tracker.client.set_tag(tuned.run_id, "axon.sweep_key", key)
             except AxonError as exc:
                 done = {
                     "latency_ns": None,
@@ -305,7 +303,7 @@ def run_sweep(
             for key, d in state["done"].items()
         )
         _, regressions = compare({r.key: r.latency_ns for r in rows}, previous, config.regression_threshold)
-        versions, accuracy = _retrain(config, workdir, tracker, parent)
+        versions, accuracy = _retrain(config, workdir, tracker, parent, machines)
         report = SweepReport(
             config.name,
             parent.run_id,
@@ -326,21 +324,25 @@ def run_sweep(
 
 
 def _retrain(
-    config: SweepConfig, workdir: Path, tracker: Any, parent: Any
+    config: SweepConfig, workdir: Workdir, tracker: Any, parent: Any, machines: dict[str, Any]
 ) -> tuple[dict[str, int], dict[str, float | None]]:
-    """Retrain one cost model per hardware file on every record, log and register it."""
-    db = RecordDB(workdir / "records.db")
+    """Retrain one cost model per hardware file, log and register it: on every tuned-kernel record
+    of the full search space this code version wrote (their stored features are this code's)."""
+    db = RecordDB(workdir.records)
     versions, accuracy = {}, {}
+    version = code_version()
     for hw in config.hw:
-        from axon.target import load_hw
-
-        hw_name = load_hw(hw).name
-        records = [r for r in db.records() if r.backend == config.backend and r.hw == hw_name and "#" not in r.workload]
+        hw_name = machines[hw].name
+        records = [
+            r
+            for r in db.records(hw=hw_name)
+            if r.backend == config.backend and r.kind == "kernel" and not r.label and r.code_version == version
+        ]
         model = CostModel(seed=config.seed)
         acc = model.fit(records, holdout=0.2)
         if not model.is_trained:
             continue
-        path = model.save(workdir / "models" / f"costmodel-{hw_name}.json")
+        path = model.save(workdir.models / f"costmodel-{hw_name}.json")
         name = config.registered_model.format(hw=hw_name)
         accuracy[hw_name] = None if acc is None else acc.pairwise
         versions[hw_name] = tracker.log_cost_model(parent, path, name, accuracy[hw_name])

@@ -15,7 +15,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from axon.errors import SpecError
+from axon.target import DEFAULT_HW
+from axon.workloads import is_spec_ref
 
 SAMPLERS = ("costmodel", "tpe", "random")
 
@@ -66,7 +70,6 @@ class SweepConfig:
 
 def resolve_workload(workload: str, base: str | None) -> str:
     """`specs/m.py:f` -> `<base>/specs/m.py:f`; built-in names and absolute paths as they are."""
-    from axon.workloads import is_spec_ref
 
     if not is_spec_ref(workload) or base is None:
         return workload
@@ -86,7 +89,6 @@ def _field(data: dict, name: str, kind: type | tuple, file: str, default: Any = 
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
-    import yaml
 
     path = Path(path)
     file = str(path)
@@ -112,7 +114,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
     unknown = sorted(set(data) - known)
     if unknown:
         raise SpecError(f"{file}: unknown field {unknown[0]}")
-    hw = _field(data, "hw", (list, str), file, ["trn1"])
+    hw = _field(data, "hw", (list, str), file, [DEFAULT_HW])
     hw = [hw] if isinstance(hw, str) else hw
     entries_raw = _field(data, "entries", list, file, required=True)
     if not entries_raw:

@@ -9,7 +9,7 @@ repeating a measurement.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,11 +21,12 @@ from optuna.trial import TrialState
 from axon import __version__
 from axon.errors import AxonError, StoreError
 from axon.measure.backend import Backend, Measurement
-from axon.measure.records import Record, RecordDB
-from axon.search.costmodel import Accuracy, CostModel
+from axon.measure.events import Callback, TrialLog
+from axon.measure.records import Record, RecordDB, code_version
+from axon.search.callbacks import Recorder, Refit
+from axon.search.costmodel import CostModel
+from axon.search.current import CurrentCode
 from axon.search.sampler import CostModelSampler, point_key
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class Problem(Protocol):
     shapes: dict[str, int]
     dtype: str
     hw: Any
+    label: str  # "" or the name of a restricted space (part of the task key)
+
+    @property
+    def task(self) -> str: ...
 
     def distributions(self) -> dict[str, CategoricalDistribution]: ...
 
@@ -70,20 +75,10 @@ class TuneConfig:
     patience: int | None = None  # stop after this many trials without improvement
     study_name: str | None = None
     run_id: str = ""
+    kind: str = "kernel"  # what the records of this search are
     # the first trial of a new study measures the space's documented default point, so a tuned
     # kernel is never slower than the untuned default (the same for every sampler)
     start_at_default: bool = True
-
-
-@dataclass(frozen=True)
-class TrialLog:
-    number: int
-    latency_ns: float | None
-    best_ns: float | None
-    predicted: float | None
-    status: str  # "measured" | "reused" | "infeasible" | "error"
-    reason: str = ""
-    accuracy: Accuracy | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +108,10 @@ def make_sampler(
 class Tuner:
     """Tune `problem` on `backend`, recording into `db`; `storage` is an Optuna storage (journal file).
 
+    After each trial the callbacks run in order, before Optuna is told the result: first Axon's
+    own (`Recorder` commits the record, `Refit` retrains the cost model when the sampler uses
+    it), then `callbacks` (MLflow metrics, a progress bar, a user's own).
+
     >>> # see axon.search.tune() for the end-to-end entry point used by `axon tune`
     """
 
@@ -124,23 +123,29 @@ class Tuner:
         config: TuneConfig,
         storage: Any = None,
         model: CostModel | None = None,
-        on_trial: Callable[[TrialLog], None] | None = None,
+        callbacks: Sequence[Callback] = (),
     ) -> None:
         self.problem, self.backend, self.db, self.config = problem, backend, db, config
         self.model = model or CostModel(seed=config.seed)
-        self.on_trial = on_trial
         self.storage = storage
+        self.current = CurrentCode(problem)
+        own: list[Callback] = [Recorder(db)]
+        if config.sampler == "costmodel":
+            own.append(Refit(self.model, db, problem, backend.name, self.current))
+        self.callbacks = [*own, *callbacks]
         self._by_point: dict[str, Record] = {}
-        self._checked: dict[tuple[str, str], bool] = {}
 
     @property
     def task(self) -> str:
-        return self._record_stub().task
+        return self.problem.task
 
-    def _record_stub(self, **kw: Any) -> Record:
+    def _record(self, **kw: Any) -> Record:
+        """A new (unsaved) record of this task."""
         p = self.problem
-        base = dict(
+        base: dict[str, Any] = dict(
             workload=p.workload,
+            label=p.label,
+            kind=self.config.kind,
             shapes=dict(p.shapes),
             dtype=p.dtype,
             hw=p.hw.name,
@@ -153,39 +158,36 @@ class Tuner:
             latency_ns=None,
             status="ok",
             axon_version=__version__,
+            code_version=code_version(),
             run_id=self.config.run_id,
         )
         return Record(**{**base, **kw})
 
-    def _training_records(self) -> list[Record]:
-        return [r for r in self.db.records(hw=self.problem.hw.name) if r.backend == self.backend.name]
-
     def _measure(self, point: dict[str, Any]) -> tuple[Record, str]:
-        """The record of `point`: reused when this kernel was measured before, else measured now."""
+        """The record of `point`: reused when this kernel was measured before (a record of another
+        task is copied, unsaved, into this one), else measured now (unsaved)."""
         cand = self.problem.build(point)
         known = self.db.lookup(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash)
         if known is not None:
-            if known.task != self.task:  # the same kernel measured under another task: copy, do not re-measure
-                known = self.db.add(
-                    self._record_stub(
-                        variant_hash=cand.variant_hash,
-                        point=point,
-                        kernel_hash=cand.kernel_hash,
-                        features=dict(cand.features),
-                        latency_ns=known.latency_ns,
-                        status=known.status,
-                        error=known.error,
-                        measurement={**known.measurement, "copied_from": known.id},
-                    )
+            if known.task != self.task:
+                known = self._record(
+                    variant_hash=cand.variant_hash,
+                    point=point,
+                    kernel_hash=cand.kernel_hash,
+                    features=dict(cand.features),
+                    latency_ns=known.latency_ns,
+                    status=known.status,
+                    error=known.error,
+                    measurement={**known.measurement, "copied_from": known.id},
                 )
             return known, "reused"
         if not self.db.claim(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash):
-            busy = self._record_stub(
+            busy = self._record(
                 point=point, kernel_hash=cand.kernel_hash, status="error", error="being measured by another worker"
             )
             return busy, "busy"
         m: Measurement = self.backend.measure(cand.source, cand.kernel, cand.inputs, self.problem.hw)
-        record = self._record_stub(
+        record = self._record(
             variant_hash=cand.variant_hash,
             point=point,
             kernel_hash=cand.kernel_hash,
@@ -195,39 +197,65 @@ class Tuner:
             error=m.error,
             measurement=m.as_dict(),
         )
-        return self.db.add(record), "measured"
-
-    def _current(self, record: Record) -> bool:
-        """Whether `record` is the kernel the current code emits for its point (not one measured with
-        an earlier lowering: the same point may emit a different kernel after an upgrade)."""
-        key = (record.kernel_hash, point_key(record.point))
-        if key not in self._checked:
-            try:
-                self._checked[key] = self.problem.build(record.point).kernel_hash == record.kernel_hash
-            except AxonError:
-                self._checked[key] = False
-        return self._checked[key]
+        return record, "measured"
 
     def best(self) -> Record | None:
         """The fastest measured kernel of this task that the current code still emits."""
-        ok = sorted(
-            (r for r in self.db.records(task=self.task) if r.status == "ok" and r.latency_ns is not None),
-            key=lambda r: r.latency_ns,
-        )
-        return next((r for r in ok if self._current(r)), None)
+        return self.current.best(self.db.records(task=self.task))
+
+    def _trial(self, study: Any, sampler: Any, dists: dict[str, Any], best: float | None, pinned: bool) -> TrialLog:
+        """Ask, measure (or refuse) one point, run the callbacks, then tell Optuna."""
+        trial = study.ask(dists)
+        point = dict(trial.params)
+        predicted = None if pinned else getattr(sampler, "last_prediction", None)
+        reason = self.problem.validate(point)
+        if reason is not None:
+            log = TrialLog(trial.number, None, best, predicted, "infeasible", reason, point)
+        else:
+            record, how = self._measure(point)
+            ok = record.status == "ok" and record.latency_ns is not None
+            latency = record.latency_ns
+            new_best = latency if latency is not None and ok and (best is None or latency < best) else best
+            log = TrialLog(
+                trial.number,
+                record.latency_ns if ok else None,
+                new_best,
+                predicted,
+                how if ok else "error",
+                "" if ok else record.error,
+                point,
+                None if how == "busy" else record,
+            )
+        for callback in self.callbacks:
+            callback.on_trial(log)
+        if log.record is not None:
+            self._by_point[point_key(point)] = log.record
+        if log.latency_ns is None:
+            trial.set_user_attr("infeasible" if log.status == "infeasible" else "error", log.reason[:500])
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            study.tell(trial, log.latency_ns)
+        return log
 
     def run(self) -> TuneResult:
         cfg, start = self.config, time.perf_counter()
         for r in self.db.records(task=self.task):
             self._by_point.setdefault(point_key(r.point), r)
-        if self.model is not None and self.config.sampler == "costmodel" and len(self._training_records()) >= 2:
-            self.model.fit(self._training_records())
+        for callback in self.callbacks:
+            callback.on_start(self)
+        try:
+            return self._run(cfg, start)
+        finally:
+            for callback in self.callbacks:
+                callback.on_end(self)
+
+    def _run(self, cfg: TuneConfig, start: float) -> TuneResult:
         sampler = make_sampler(
             cfg.sampler,
             self.problem,
             self.model,
             cfg.seed,
-            lambda p: point_key(p) in self._by_point and self._current(self._by_point[point_key(p)]),
+            lambda p: point_key(p) in self._by_point and self.current(self._by_point[point_key(p)]),
         )
         name = cfg.study_name or f"{self.task}:{cfg.sampler}:seed{cfg.seed}"
         try:
@@ -241,43 +269,23 @@ class Tuner:
             raise StoreError(_corrupt_storage(self.storage, exc)) from None
         dists = self.problem.distributions()
         logs: list[TrialLog] = []
-        best = min((t.value for t in finished if t.state == TrialState.COMPLETE), default=None)
+        best = min(
+            (float(t.value) for t in finished if t.state == TrialState.COMPLETE and t.value is not None), default=None
+        )
         done = len(finished)
-        pinned = cfg.start_at_default and not study.get_trials() and hasattr(self.problem, "default_point")
-        if pinned:
-            study.enqueue_trial(self.problem.default_point())
+        default = getattr(self.problem, "default_point", None)
+        pinned = cfg.start_at_default and not study.get_trials() and default is not None
+        if pinned and default is not None:
+            study.enqueue_trial(default())
         stale = 0
         while done < cfg.trials and (cfg.seconds is None or time.perf_counter() - start < cfg.seconds):
-            trial = study.ask(dists)
-            point = dict(trial.params)
-            predicted = None if pinned else getattr(sampler, "last_prediction", None)
+            log = self._trial(study, sampler, dists, best, pinned)
             pinned = False
-            reason = self.problem.validate(point)
-            if reason is not None:
-                trial.set_user_attr("infeasible", reason)
-                study.tell(trial, state=TrialState.FAIL)
-                log = TrialLog(trial.number, None, best, predicted, "infeasible", reason)
-            else:
-                record, how = self._measure(point)
-                if how != "busy":
-                    self._by_point[point_key(point)] = record
-                if record.status != "ok":
-                    trial.set_user_attr("error", record.error[:500])
-                    study.tell(trial, state=TrialState.FAIL)
-                    log = TrialLog(trial.number, None, best, predicted, "error", record.error)
-                else:
-                    study.tell(trial, record.latency_ns)
-                    improved = best is None or record.latency_ns < best
-                    best = record.latency_ns if improved else best
-                    stale = 0 if improved else stale + 1
-                    accuracy = None
-                    if cfg.sampler == "costmodel" and how == "measured":
-                        accuracy = self.model.fit(self._training_records())
-                    log = TrialLog(trial.number, record.latency_ns, best, predicted, how, accuracy=accuracy)
+            if log.latency_ns is not None:
+                stale = 0 if best is None or log.latency_ns < best else stale + 1
+            best = log.best_ns
             logs.append(log)
             done += 1
-            if self.on_trial:
-                self.on_trial(log)
             if cfg.patience is not None and stale >= cfg.patience:
                 break
         counts = {s: sum(1 for l in logs if l.status == s) for s in ("measured", "reused", "infeasible", "error")}

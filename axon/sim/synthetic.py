@@ -6,6 +6,7 @@ For tests and benchmarks of the simulator without the emulator; real kernels com
 
 from __future__ import annotations
 
+from axon.target.hardware import DEFAULT_HW
 from axon.target.trace import Access, Alloc, Instr, Loop, Trace
 
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
@@ -23,7 +24,7 @@ class TraceBuilder:
     2
     """
 
-    def __init__(self, kernel: str = "synthetic", hw: str = "trn1"):
+    def __init__(self, kernel: str = "synthetic", hw: str = DEFAULT_HW):
         self.kernel, self.hw = kernel, hw
         self.allocs: list[Alloc] = []
         self.instrs: list[Instr] = []
@@ -152,6 +153,7 @@ def pipelined_trace(n_instructions: int = 100_000, kernel: str = "synthetic") ->
         lp = ((loop, "affine", it),)
         if it % 8 == 0:
             acc = b.psum("acc", site="k.py:3", loop_depth=1)
+        assert acc is not None  # the first iteration allocates it
         lhs = b.sbuf("lhs", 128, 128, "bfloat16", site="k.py:5", loop_depth=1)
         rhs = b.sbuf("rhs", 128, 512, "bfloat16", site="k.py:6", loop_depth=1)
         off = (it * 163840) % (1 << 29)

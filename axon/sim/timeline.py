@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from axon.lazy import matplotlib
 from axon.target.trace import Trace
 
 LANE_ORDER = ("tensor", "vector", "scalar", "gpsimd")
@@ -79,21 +80,18 @@ class Timeline:
         return path
 
     def to_png(self, path: str | Path, max_bars: int = 20000) -> Path:
-        """Write a Gantt chart of the engines over time (matplotlib, Agg backend).
+        """Write a Gantt chart of the engines over time (a matplotlib Figure drawn off-screen).
 
         Past `max_bars` instructions, neighbouring bars of a lane closer than a pixel are merged so
         that a 100k-instruction kernel still draws in a second.
         """
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        mpl = matplotlib()
         path = Path(path)
         lanes = self.lanes()
         span = float(self.end_ns.max()) if len(self) else 1.0
-        fig, ax = plt.subplots(figsize=(12, 0.45 * len(lanes) + 1.2))
-        colors = plt.get_cmap("tab10")
+        fig = mpl.figure.Figure(figsize=(12, 0.45 * len(lanes) + 1.2))
+        ax = fig.subplots()
+        colors = mpl.colormaps["tab10"]
         lane_arr = np.asarray(self.lane, dtype=object)
         for row, name in enumerate(lanes):
             idx = np.nonzero(lane_arr == name)[0]
@@ -108,7 +106,6 @@ class Timeline:
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=100)
-        plt.close(fig)
         return path
 
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import z3
 
-from axon.ir import Graph
-from axon.ir.ops import BINARY, UNARY, NumpyMath
+from axon.ir.ops import NumpyMath
+from axon.synth.groups import Alternative, FusedGroup, Leaf, Step, _node_value, step_value
+from axon.verify import Z3Math
 
 ALU_OPS = ("add", "subtract", "multiply", "divide")
 _IR_TO_ALU = {
@@ -51,123 +51,6 @@ _PREP_ACTS = ("rsqrt", "reciprocal", "sqrt")
 # The most IR ops one instruction computes: activation(op, data * scale + bias) is three, and a
 # per-row prep may add one. Larger pieces are not searched (no form could match them).
 MAX_PIECE_OPS = 4
-
-
-@dataclass(frozen=True)
-class Leaf:
-    """An input of a group: node id and kind ("full" | "vec" | "bcast" | "scalar" with `value`)."""
-
-    node: int
-    kind: str
-    value: float | None = None
-
-
-@dataclass(frozen=True)
-class FusedGroup:
-    """Nodes of a graph computed together, the leaves they read, and the sink they produce."""
-
-    graph: Graph
-    nodes: tuple[int, ...]
-    leaves: tuple[Leaf, ...]
-    sink: int
-
-    @property
-    def reduce(self) -> str | None:
-        n = self.graph.nodes[self.sink]
-        return n.attr("kind") if n.op == "reduce" else None
-
-    def name(self) -> str:
-        return f"g{self.sink}"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One instruction: `args` values are ("in", leaf node id) | ("step", index) | ("imm", float) | str."""
-
-    opcode: str
-    engine: str
-    args: tuple[tuple[str, Any], ...]
-
-    def arg(self, name: str, default: Any = None) -> Any:
-        return dict(self.args).get(name, default)
-
-
-@dataclass(frozen=True)
-class Alternative:
-    steps: tuple[Step, ...]
-    proof: str  # "z3: unsat (equal for all reals, divisors nonzero)"
-
-    def describe(self) -> str:
-        return "; ".join(
-            f"{s.opcode}[{s.engine}]({', '.join(f'{k}={_show(v)}' for k, v in s.args)})" for s in self.steps
-        )
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, tuple) and v[0] == "in":
-        return f"%{v[1]}"
-    if isinstance(v, tuple) and v[0] == "step":
-        return f"s{v[1]}"
-    if isinstance(v, tuple) and v[0] == "imm":
-        return f"{v[1]:g}"
-    return str(v)
-
-
-# ---- semantics of a step, from the ISA table ----------------------------------------------------
-
-
-def _isa():
-    from axon.target import isa
-
-    return isa
-
-
-def step_value(m: Any, step: Step, env: Mapping[Any, Any]) -> Any:
-    """The per-element value of `step` (for reductions: of the elementwise part) over `m`."""
-    isa = _isa()
-    a = {
-        k: (env[v] if isinstance(v, tuple) and v[0] in ("in", "step") else v[1] if isinstance(v, tuple) else v)
-        for k, v in step.args
-    }
-    op = step.opcode
-    if op in ("activation", "activation_reduce"):
-        return isa.sem_activation(m, a["data"], a["op"], a.get("scale", 1.0), a.get("bias"))
-    if op in ("tensor_scalar", "tensor_scalar_reduce"):
-        return isa.sem_tensor_scalar(
-            m,
-            a["data"],
-            a["op0"],
-            a["operand0"],
-            a.get("reverse0", False),
-            a.get("op1"),
-            a.get("operand1"),
-            a.get("reverse1", False),
-        )
-    if op == "tensor_tensor":
-        return isa.sem_tensor_tensor(m, a["data1"], a["data2"], a["op"])
-    if op == "scalar_tensor_tensor":
-        return isa.sem_scalar_tensor_tensor(m, a["data"], a["op0"], a["operand0"], a["op1"], a["operand1"])
-    if op == "reciprocal":
-        return isa.sem_reciprocal(m, a["data"])
-    if op == "tensor_reduce":
-        return a["data"]
-    raise ValueError(op)
-
-
-def _node_value(m: Any, g: Graph, nid: int, env: Mapping[int, Any]) -> Any:
-    if nid in env:
-        return env[nid]
-    n = g.nodes[nid]
-    args = [_node_value(m, g, i, env) for i in n.inputs]
-    if n.op in UNARY:
-        return UNARY[n.op](m, args[0])
-    if n.op in BINARY:
-        return BINARY[n.op](m, args[0], args[1])
-    if n.op == "pow":
-        return m.power(args[0], n.attr("exponent"))
-    if n.op in ("reduce", "cast"):
-        return args[0]  # reductions compare their elementwise part (same reduce kind on both sides)
-    raise ValueError(n.op)
 
 
 # ---- the search ---------------------------------------------------------------------------------
@@ -211,7 +94,7 @@ def _kinds(group: FusedGroup) -> dict[int, str]:
 
 
 def _constants(group: FusedGroup, piece: _Piece) -> list[float]:
-    vals = {l.value for l in group.leaves if l.kind == "scalar" and l.node in piece.inputs}
+    vals = {cast(float, l.value) for l in group.leaves if l.kind == "scalar" and l.node in piece.inputs}
     vals |= {float(-v) for v in list(vals)} | {float(1 / v) for v in list(vals) if v}
     return sorted((vals | {-1.0}) - {1.0})  # 1.0 is the identity: it only adds no-op variants
 
@@ -318,15 +201,12 @@ class _Checker:
         return out
 
     def prove(self, piece: _Piece, steps: list[Step], rlimit: int = 5_000_000, timeout_ms: int = 30_000) -> bool:
-        import z3
 
         # every attempt costs a solver call: a budget keeps groups Z3 cannot settle from stalling the
         # search (an unproved candidate is simply not offered)
         self.attempts = getattr(self, "attempts", 0) + 1
         if self.attempts > 60:
             return False
-
-        from axon.verify import Z3Math
 
         m = Z3Math()
         env = {
@@ -345,7 +225,6 @@ class _Checker:
 
 
 def _divisors(e: Any) -> list[Any]:
-    import z3
 
     out, stack, seen = [], [e], set()
     while stack:
@@ -408,7 +287,10 @@ def synthesize_instructions(
 
     >>> from axon.workloads import get
     >>> g = get("rmsnorm").graph("small")
-    >>> norm = [grp for grp in fused_groups(g) if grp.sink == 11][0]   # x / sqrt(ms + eps) * gain
+    >>> [(n.op, n.inputs) for n in g.nodes[9:11]]   # %9 = div(x, rms), %10 = mul(%9, gain)
+    [('div', (0, 8)), ('mul', (9, 1))]
+    >>> x, rms, gain = Leaf(0, "full"), Leaf(8, "vec"), Leaf(1, "bcast")   # (x / rms) * gain
+    >>> norm = FusedGroup(g, (9, 10), (x, rms, gain), sink=10)   # a group as `axon.lower.groups` forms it
     >>> alts = synthesize_instructions(norm)
     >>> len(alts) >= 2 and alts[0].steps[0].opcode
     'scalar_tensor_tensor'
@@ -453,10 +335,10 @@ def synthesize_instructions(
                         results.append((len(seq), tuple(seq)))
                         first = r if first is None else first
     seen, out = set(), []
-    for _, seq in sorted(results, key=lambda t: (t[0], _engine_cost(t[1]), sum(len(s.args) for s in t[1]))):
-        if seq not in seen:
-            seen.add(seq)
-            out.append(Alternative(seq, "z3: unsat (equal for all reals, divisors nonzero)"))
+    for _, steps in sorted(results, key=lambda t: (t[0], _engine_cost(t[1]), sum(len(s.args) for s in t[1]))):
+        if steps not in seen:
+            seen.add(steps)
+            out.append(Alternative(steps, "z3: unsat (equal for all reals, divisors nonzero)"))
     return out[:max_alternatives]
 
 
@@ -484,75 +366,4 @@ def _link(pieces: list[_Piece], sols: list[list[Step]]) -> list[Step]:
     return seq
 
 
-# ---- forming groups from a graph ----------------------------------------------------------------
-
-
-def fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None = None) -> list[FusedGroup]:
-    """Maximal elementwise groups (a reduction ends its group; [P, 1] and full-tile chains apart).
-
-    A pure function of the (immutable) graph: memoized, since lowering asks for every point."""
-    if row_kinds is not None:
-        return _fused_groups(graph, row_kinds)
-    return list(_groups_of(graph))
-
-
-@lru_cache(maxsize=512)
-def _groups_of(graph: Graph) -> tuple[FusedGroup, ...]:
-    return tuple(_fused_groups(graph, None))
-
-
-def _fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None) -> list[FusedGroup]:
-    from axon.lower.passes import classify, scalar_value
-
-    roles = classify(graph)
-    users = graph.users()
-    shape = graph.concrete_shape
-    group_of: dict[int, int] = {}
-    members: dict[int, list[int]] = {}
-    closed: set[int] = set()
-    for n in graph.nodes:
-        if roles.role.get(n.id) != "row" or not (n.op in UNARY or n.op in BINARY or n.op == "pow" or n.op == "reduce"):
-            continue
-        gid = n.id
-        for i in n.inputs:
-            if not shape(i):
-                continue
-            same_shape = (shape(i)[-1] == 1) == (shape(n.id)[-1] == 1) or n.op == "reduce"
-            if (
-                i in group_of
-                and len(users[i]) == 1
-                and group_of[i] not in closed
-                and same_shape
-                and i not in graph.outputs
-            ):
-                other = group_of[i]
-                if other != gid:
-                    members.setdefault(gid, [])
-                    for m_ in members.pop(other):
-                        group_of[m_] = gid
-                        members[gid].append(m_)
-        group_of[n.id] = gid
-        members.setdefault(gid, []).append(n.id)
-        if n.op == "reduce":
-            closed.add(gid)
-    out = []
-    for gid, nodes in sorted(members.items()):
-        nodes = sorted(nodes)
-        sink = max(nodes)
-        leaves = []
-        for nid in nodes:
-            for i in graph.nodes[nid].inputs:
-                if i in nodes or any(l.node == i for l in leaves):
-                    continue
-                v = scalar_value(graph, graph.nodes[i])
-                if v is not None:
-                    leaves.append(Leaf(i, "scalar", v))
-                elif roles.role.get(i) == "bcast":
-                    leaves.append(Leaf(i, "bcast"))
-                else:
-                    leaves.append(Leaf(i, "vec" if shape(i)[-1] == 1 else "full"))
-        out.append(FusedGroup(graph, tuple(nodes), tuple(leaves), sink))
-    return out
-
-
-__all__ = ["Alternative", "FusedGroup", "Leaf", "Step", "fused_groups", "step_value", "synthesize_instructions"]
+__all__ = ["Alternative", "FusedGroup", "Leaf", "Step", "step_value", "synthesize_instructions"]

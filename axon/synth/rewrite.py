@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
 
 from axon.errors import SpecError
 from axon.ir import Graph, GraphBuilder, Node

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from axon.ir import Graph
-from axon.synth.moves import _factors, _terms
+from axon.synth.contraction import _factors, _terms
 from axon.synth.rewrite import Move, replace_node, varies
 
 Proposal = tuple[Move, Graph]
@@ -47,7 +47,9 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                     F = nodes[f]
                     if nodes[rest].type.rank >= 2 and varies(F, k_axis) and F.type.rank >= 1:
 
-                        def build(b, m, rest=rest, f=f, op=op, side=side, other=other, F=F, k_axis=k_axis):
+                        def build_hoist_dependent_factor(
+                            b, m, rest=rest, f=f, op=op, side=side, other=other, F=F, k_axis=k_axis
+                        ):
                             inner = b.add("matmul", (m(rest), m(other)) if side == "left" else (m(other), m(rest)))
                             axis = F.type.rank + k_axis if F.type.rank >= -k_axis else F.type.rank - 1
                             mean = _mean_last(b, m(f), F, axis)
@@ -64,14 +66,14 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                             n.id,
                             "wrong:hoist-dependent-factor",
                             f"%{f} depends on the contracted index of %{n.id} but is pulled out (as its mean)",
-                            build,
+                            build_hoist_dependent_factor,
                             (n.id, f),
                         )
                 if side == "left" and X.op in ("exp", "tanh", "sigmoid", "square") and nodes[X.inputs[0]].op == "sub":
                     t_id, c_id = nodes[X.inputs[0]].inputs
                     if not varies(nodes[c_id], -1):
 
-                        def build(b, m, X=X, t_id=t_id, c_id=c_id, other=other):
+                        def build_shift_past_contraction(b, m, X=X, t_id=t_id, c_id=c_id, other=other):
                             inner = b.add("matmul", (b.add(X.op, (m(t_id),)), m(other)))
                             return b.add("sub", (inner, m(c_id)))
 
@@ -80,13 +82,13 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                             n.id,
                             "wrong:shift-past-contraction",
                             f"the row shift %{c_id} inside {X.op} %{X.id} moved past %{n.id} as a subtraction",
-                            build,
+                            build_shift_past_contraction,
                             (n.id, X.id, c_id),
                         )
                 for rest, t, op, first in _terms(X):
                     if nodes[rest].type.rank >= 2 and not varies(nodes[t], k_axis):
 
-                        def build(b, m, rest=rest, t=t, op=op, first=first, side=side, other=other):
+                        def build_drop_compensation(b, m, rest=rest, t=t, op=op, first=first, side=side, other=other):
                             inner = b.add("matmul", (m(rest), m(other)) if side == "left" else (m(other), m(rest)))
                             return b.add(op, (m(t), inner) if first else (inner, m(t)))
 
@@ -95,7 +97,7 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                             n.id,
                             "wrong:drop-compensation",
                             f"added %{t} moved past %{n.id} without the sum-of-weights correction",
-                            build,
+                            build_drop_compensation,
                             (n.id, t),
                         )
         if n.op == "reduce":
@@ -104,7 +106,7 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
             rank = X.type.rank
             if kind == "max" and X.op == "matmul" and axis == rank - 1:
 
-                def build(b, m, X=X, axis=axis):
+                def build_max_past_matmul(b, m, X=X, axis=axis):
                     mb = b.add(
                         "reduce", (m(X.inputs[1]),), kind="max", axis=nodes[X.inputs[1]].type.rank - 1, keepdims=True
                     )
@@ -115,22 +117,27 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                     n.id,
                     "wrong:max-past-matmul",
                     f"max %{n.id} moved past matmul %{X.id} onto its right operand",
-                    build,
+                    build_max_past_matmul,
                     (n.id, X.id),
                 )
             if kind == "sum" and X.op == "exp":
 
-                def build(b, m, X=X, n=n):
+                def build_exp_through_sum(b, m, X=X, n=n):
                     s = b.add("reduce", (m(X.inputs[0]),), kind="sum", axis=n.attr("axis"), keepdims=n.attr("keepdims"))
                     return b.add("exp", (s,))
 
                 yield from _yield(
-                    graph, n.id, "wrong:exp-through-sum", f"exp %{X.id} pushed through sum %{n.id}", build, (n.id, X.id)
+                    graph,
+                    n.id,
+                    "wrong:exp-through-sum",
+                    f"exp %{X.id} pushed through sum %{n.id}",
+                    build_exp_through_sum,
+                    (n.id, X.id),
                 )
             for other_axis in range(rank):
                 if other_axis != axis and varies(X, other_axis - rank) and n.attr("keepdims"):
 
-                    def build(b, m, X=X, other_axis=other_axis, kind=kind):
+                    def build_reduce_wrong_axis(b, m, X=X, other_axis=other_axis, kind=kind):
                         return b.add("reduce", (m(X.id),), kind=kind, axis=other_axis, keepdims=True)
 
                     yield from _yield(
@@ -138,7 +145,7 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                         n.id,
                         "wrong:reduce-wrong-axis",
                         f"{kind} %{n.id} taken over axis {other_axis} instead of {axis}",
-                        build,
+                        build_reduce_wrong_axis,
                         (n.id,),
                         same_shape=False,
                     )
@@ -146,7 +153,7 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                 for rest, t, op, first in _terms(X):
                     if not varies(nodes[t], axis - rank) and not first and n.attr("keepdims"):
 
-                        def build(b, m, rest=rest, t=t, op=op, n=n):
+                        def build_drop_count(b, m, rest=rest, t=t, op=op, n=n):
                             s = b.add("reduce", (m(rest),), kind="sum", axis=n.attr("axis"), keepdims=True)
                             return b.add(op, (s, m(t)))
 
@@ -155,14 +162,14 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                             n.id,
                             "wrong:drop-count",
                             f"added %{t} moved out of sum %{n.id} without the range length",
-                            build,
+                            build_drop_count,
                             (n.id, t),
                         )
                 for rest, f, op in _factors(X):
                     F = nodes[f]
                     if varies(F, axis - rank) and F.type.rank >= rank - axis and n.attr("keepdims"):
 
-                        def build(b, m, rest=rest, f=f, op=op, n=n, F=F):
+                        def build_hoist_varying_factor(b, m, rest=rest, f=f, op=op, n=n, F=F, rank=rank):
                             s = b.add("reduce", (m(rest),), kind="sum", axis=n.attr("axis"), keepdims=True)
                             return b.add(op, (s, _mean_last(b, m(f), F, F.type.rank - (rank - n.attr("axis")))))
 
@@ -171,13 +178,13 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                             n.id,
                             "wrong:hoist-varying-factor",
                             f"%{f} varies along the index of sum %{n.id} but is pulled out (as its mean)",
-                            build,
+                            build_hoist_varying_factor,
                             (n.id, f),
                         )
                 if X.op == "square" and nodes[X.inputs[0]].op == "sub" and n.attr("keepdims"):
                     y, c = nodes[X.inputs[0]].inputs
 
-                    def build(b, m, y=y, c=c, n=n, X=X):
+                    def build_expand_without_cross_term(b, m, y=y, c=c, n=n, X=X):
                         s2 = b.add(
                             "reduce", (b.add("square", (m(y),)),), kind="sum", axis=n.attr("axis"), keepdims=True
                         )
@@ -191,30 +198,40 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                         n.id,
                         "wrong:expand-without-cross-term",
                         f"the square under sum %{n.id} expanded without its cross term",
-                        build,
+                        build_expand_without_cross_term,
                         (n.id, X.id),
                     )
         if n.op == "sqrt" and nodes[n.inputs[0]].op == "add":
             a, c = nodes[n.inputs[0]].inputs
 
-            def build(b, m, a=a, c=c):
+            def build_sqrt_over_sum(b, m, a=a, c=c):
                 return b.add("add", (b.add("sqrt", (m(a),)), b.add("sqrt", (m(c),))))
 
             yield from _yield(
-                graph, n.id, "wrong:sqrt-over-sum", f"sqrt %{n.id} distributed over its sum", build, (n.id,)
+                graph,
+                n.id,
+                "wrong:sqrt-over-sum",
+                f"sqrt %{n.id} distributed over its sum",
+                build_sqrt_over_sum,
+                (n.id,),
             )
             if nodes[c].op == "const":
 
-                def build(b, m, a=a):
+                def build_drop_epsilon(b, m, a=a):
                     return b.add("sqrt", (m(a),))
 
                 yield from _yield(
-                    graph, n.id, "wrong:drop-epsilon", f"the constant %{c} under sqrt %{n.id} dropped", build, (n.id, c)
+                    graph,
+                    n.id,
+                    "wrong:drop-epsilon",
+                    f"the constant %{c} under sqrt %{n.id} dropped",
+                    build_drop_epsilon,
+                    (n.id, c),
                 )
         if n.op == "exp" and nodes[n.inputs[0]].op in ("add", "sub"):
             arg = nodes[n.inputs[0]]
 
-            def build(b, m, arg=arg):
+            def build_exp_additive(b, m, arg=arg):
                 return b.add(arg.op, (b.add("exp", (m(arg.inputs[0]),)), b.add("exp", (m(arg.inputs[1]),))))
 
             yield from _yield(
@@ -222,23 +239,28 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                 n.id,
                 "wrong:exp-additive",
                 f"exp %{n.id} of a {arg.op} taken as the {arg.op} of exps",
-                build,
+                build_exp_additive,
                 (n.id,),
             )
         if n.op == "log" and nodes[n.inputs[0]].op in ("add", "mul"):
             arg = nodes[n.inputs[0]]
 
-            def build(b, m, arg=arg):
+            def build_log_split(b, m, arg=arg):
                 return b.add("add", (b.add("log", (m(arg.inputs[0]),)), b.add("log", (m(arg.inputs[1]),))))
 
             yield from _yield(
-                graph, n.id, "wrong:log-split", f"log %{n.id} of a {arg.op} split into a sum of logs", build, (n.id,)
+                graph,
+                n.id,
+                "wrong:log-split",
+                f"log %{n.id} of a {arg.op} split into a sum of logs",
+                build_log_split,
+                (n.id,),
             )
         if n.op == "div":
             num, den = (nodes[i] for i in n.inputs)
             if num.op in ("add", "sub"):
 
-                def build(b, m, num=num, den=den):
+                def build_divide_one_term(b, m, num=num, den=den):
                     return b.add(num.op, (b.add("div", (m(num.inputs[0]), m(den.id))), m(num.inputs[1])))
 
                 yield from _yield(
@@ -246,12 +268,12 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                     n.id,
                     "wrong:divide-one-term",
                     f"divisor %{den.id} applied to one term of %{num.id} only",
-                    build,
+                    build_divide_one_term,
                     (n.id, num.id),
                 )
             if num.op == "reduce" and den.op == "dimsize":
 
-                def build(b, m, num=num):
+                def build_mean_without_count(b, m, num=num):
                     return m(num.id)
 
                 yield from _yield(
@@ -259,6 +281,6 @@ def _all_wrong(graph: Graph) -> Iterator[Proposal]:
                     n.id,
                     "wrong:mean-without-count",
                     f"the division of %{num.id} by its range length dropped",
-                    build,
+                    build_mean_without_count,
                     (n.id, num.id),
                 )

@@ -1,9 +1,10 @@
 """The machine as data: `HardwareSpec` from YAML and the ISA table (`ISA`, `Instruction`)."""
 
-from axon.target.hardware import ENGINES, HardwareSpec, builtin_hw, load_hw
+from axon.target.hardware import DEFAULT_HW, ENGINES, HardwareSpec, builtin_hw, load_hw
 from axon.target.isa import ACTIVATION, ALU, ISA, NUMPY_FP32, Instruction, Operand
 
 __all__ = [
+    "DEFAULT_HW",
     "ACTIVATION",
     "ALU",
     "ENGINES",

@@ -15,12 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
+import yaml
+
 from axon.errors import HardwareError
 
 # the built-in hardware files: package data (pyproject.toml), so a wheel carries them; the
 # repository's documented `configs/hw/` links here
 CONFIG_DIR = Path(__file__).resolve().parent / "hw"
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+# the hardware file every command and the Python API use when none is named (the one place it is spelled)
+DEFAULT_HW = "trn1"
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,7 @@ _ZERO_OK = {
 }
 
 
-def _build(cls: type, data: Any, where: str, file: str) -> Any:
+def _build(cls: type[Any], data: Any, where: str, file: str) -> Any:
     if not isinstance(data, Mapping):
         raise HardwareError(f"{file}: field {where or 'top level'} must be a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
@@ -174,7 +178,7 @@ def _build(cls: type, data: Any, where: str, file: str) -> Any:
 
 
 def _value(tp: Any, raw: Any, path: str, file: str, name: str) -> Any:
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, raw, path, file)
     if tp is bool:
         if not isinstance(raw, bool):
@@ -203,14 +207,21 @@ def _check(hw: HardwareSpec, file: str) -> None:
         raise HardwareError(f"{file}: field tensor_engine.rows exceeds memory.partitions")
 
 
-def load_hw(name_or_path: str | os.PathLike[str] = "trn1") -> HardwareSpec:
+# parsed hardware files by (path as named, resolved path, content hash): `source` is the path as named
+_LOADED: dict[tuple[str, str, str], HardwareSpec] = {}
+
+
+def load_hw(name_or_path: str | os.PathLike[str] = DEFAULT_HW) -> HardwareSpec:
     """A `HardwareSpec` from a built-in name (`trn1`) or a YAML path; HardwareError names the field.
 
     The repository path of a built-in file (`configs/hw/trn1.yaml`, relative) names that file
     from any working directory, as it does in a checkout, unless such a file exists there.
-    """
-    import yaml
+    A file is parsed once per process and content: a repeated load returns the same (immutable)
+    spec, and an edited file is parsed again.
 
+    >>> load_hw() is load_hw(DEFAULT_HW)
+    True
+    """
     text = str(name_or_path)
     path = Path(text) if (text.endswith((".yaml", ".yml")) or os.sep in text) else CONFIG_DIR / f"{text}.yaml"
     if not path.is_file() and path.parts == ("configs", "hw", path.name) and (CONFIG_DIR / path.name).is_file():
@@ -219,6 +230,15 @@ def load_hw(name_or_path: str | os.PathLike[str] = "trn1") -> HardwareSpec:
         known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
         raise HardwareError(f"hardware file {path} not found (built-in: {known})")
     raw_bytes = path.read_bytes()
+    digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
+    key = (str(path), str(path.resolve()), digest)
+    cached = _LOADED.get(key)
+    if cached is None:
+        cached = _LOADED[key] = _parse(path, raw_bytes, digest)
+    return cached
+
+
+def _parse(path: Path, raw_bytes: bytes, digest: str) -> HardwareSpec:
     try:
         data = yaml.safe_load(raw_bytes)
     except yaml.YAMLError as exc:
@@ -227,7 +247,6 @@ def load_hw(name_or_path: str | os.PathLike[str] = "trn1") -> HardwareSpec:
         raise HardwareError(f"{path}:{line} is not valid YAML") from None
     hw = _build(HardwareSpec, data, "", str(path))
     _check(hw, str(path))
-    digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
     return dataclasses.replace(hw, source=str(path), file_hash=digest)
 
 

@@ -1,8 +1,9 @@
 """The instruction trace: what the NKI emulator records and the timing simulator consumes.
 
-This file is the contract between `axon.nki` (producer) and `axon.sim` and `axon.target.costs` (consumers); it sits in `target`, below both. A trace lists
-every instruction a kernel issued, in program order, with the memory it read and wrote, so that the
-simulator can rebuild dependencies (RAW, WAR, WAW) and cost each instruction from the ISA table.
+This file is the contract between `axon.nki` (producer) and `axon.sim` and `axon.target.costs`
+(consumers); it sits in `target`, below both. A trace lists every instruction a kernel issued, in
+program order, with the memory it read and wrote, so that the simulator can rebuild dependencies
+(RAW, WAR, WAW) and cost each instruction from the ISA table.
 It holds no array data.
 """
 

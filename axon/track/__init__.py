@@ -1,5 +1,5 @@
 """MLflow tracking: runs, nested sweep runs, artifacts, the cost-model registry."""
 
-from axon.track.tracker import Run, Tracker, workdir_store
+from axon.track.tracker import Run, Tracker
 
-__all__ = ["Run", "Tracker", "workdir_store"]
+__all__ = ["Run", "Tracker"]

@@ -8,8 +8,8 @@ carries the saved view the MLflow UI opens on (`axon.track.view`).
 
 from __future__ import annotations
 
+import fcntl
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -18,24 +18,47 @@ from pathlib import Path
 from typing import Any
 
 from axon.errors import StoreError
+from axon.lazy import mlflow, xgboost
 from axon.track.view import view_tags
+from axon.workdir import Workdir
 
 DEFAULT_EXPERIMENT = "axon"
 
 
-def workdir_store(workdir: str | Path) -> tuple[str, str]:
-    """(tracking URI, artifact root) of the embedded store in a working directory."""
-    workdir = Path(workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{workdir / 'mlflow.db'}", (workdir / "mlartifacts").as_uri()
+@contextmanager
+def mlflow_uris(tracking_uri: str) -> Iterator[Any]:
+    """The mlflow module with its global tracking and registry URIs set to `tracking_uri` for the
+    block, and restored after it (MLflow's fluent API reads only the globals)."""
+    ml = mlflow()
+    before = (ml.get_tracking_uri(), ml.get_registry_uri())
+    ml.set_tracking_uri(tracking_uri)
+    ml.set_registry_uri(tracking_uri)
+    try:
+        yield ml
+    finally:
+        ml.set_tracking_uri(before[0])
+        ml.set_registry_uri(before[1])
+
+
+def load_registered_booster(ref: str, tracking_uri: str | None, path: Path) -> Path:
+    """Save the XGBoost model registered as `ref` (models:/name@alias) to `path`."""
+    ml = mlflow()
+    try:
+        if tracking_uri:
+            with mlflow_uris(tracking_uri):
+                booster = ml.xgboost.load_model(ref)
+        else:
+            booster = ml.xgboost.load_model(ref)
+    except Exception as exc:  # MLflow raises several types for a missing model
+        raise StoreError(f"cost model {ref} cannot be loaded: {str(exc).splitlines()[0]}") from None
+    booster.save_model(str(path))
+    return path
 
 
 @contextmanager
 def _store_lock(tracking_uri: str) -> Iterator[None]:
     """An exclusive lock between processes on a SQLite store (a `.lock` file beside it); no-op for
     a tracking server, which serializes its own writes."""
-    import fcntl
-
     prefix = "sqlite:///"
     if not tracking_uri.startswith(prefix) or tracking_uri == prefix + ":memory:":
         yield
@@ -57,15 +80,12 @@ class Run:
     run_id: str
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        items = [Param(str(k), _short(v)) for k, v in params.items()]
+        items = [mlflow().entities.Param(str(k), _short(v)) for k, v in params.items()]
         for i in range(0, len(items), 100):
             self.tracker.client.log_batch(self.run_id, params=items[i : i + 100])
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
-        from mlflow.entities import Metric
-
+        Metric = mlflow().entities.Metric
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None and v == v]
         if items:
@@ -73,16 +93,14 @@ class Run:
 
     def log_metric_history(self, name: str, values: list[float]) -> None:
         """A whole curve at once (steps 0..n-1), batched."""
-        from mlflow.entities import Metric
-
+        Metric = mlflow().entities.Metric
         now = int(time.time() * 1000)
         items = [Metric(name, float(v), now, i) for i, v in enumerate(values)]
         for i in range(0, len(items), 500):
             self.tracker.client.log_batch(self.run_id, metrics=items[i : i + 500])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        from mlflow.entities import RunTag
-
+        RunTag = mlflow().entities.RunTag
         self.tracker.client.log_batch(self.run_id, tags=[RunTag(k, _short(v)) for k, v in tags.items()])
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
@@ -116,15 +134,13 @@ class Tracker:
     def __init__(
         self, tracking_uri: str, artifact_root: str | None = None, experiment: str = DEFAULT_EXPERIMENT
     ) -> None:
-        from mlflow.tracking import MlflowClient
-
         self.tracking_uri = tracking_uri
         try:
             # The first client of a fresh SQLite store creates its tables (MlflowClient() already
             # does); two processes at once fail ("table experiments already exists", "duplicate
             # column name"), so opening the store and creating the experiment take a file lock.
             with _store_lock(tracking_uri):
-                self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+                self.client = mlflow().tracking.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
                 self.experiment_id = self._experiment(experiment, artifact_root)
         except Exception as exc:  # MLflow raises many types; the user needs the store named
             raise StoreError(
@@ -152,8 +168,9 @@ class Tracker:
             self.client.set_experiment_tag(self.experiment_id, key, value)
 
     @classmethod
-    def for_workdir(cls, workdir: str | Path, experiment: str = DEFAULT_EXPERIMENT) -> Tracker:
-        uri, root = workdir_store(workdir)
+    def for_workdir(cls, workdir: str | Path | Workdir, experiment: str = DEFAULT_EXPERIMENT) -> Tracker:
+        wd = Workdir.resolve(workdir)
+        uri, root = wd.tracking_uri, wd.artifact_root
         return cls(uri, root, experiment)
 
     @contextmanager
@@ -201,26 +218,17 @@ class Tracker:
     def log_cost_model(self, run: Run, model_path: str | Path, registered_name: str, accuracy: float | None) -> int:
         """Log an XGBoost model file with mlflow.xgboost, register it, and move the `champion`
         alias to it only if its held-out ranking accuracy did not drop; returns the version."""
-        import mlflow
-        import xgboost as xgb
-
-        booster = xgb.Booster()
+        booster = xgboost().Booster()
         booster.load_model(str(model_path))
-        previous = os.environ.get("MLFLOW_TRACKING_URI")
-        mlflow.set_tracking_uri(self.tracking_uri)
-        mlflow.set_registry_uri(self.tracking_uri)
-        try:
-            with mlflow.start_run(run_id=run.run_id):
-                info = mlflow.xgboost.log_model(
+        with mlflow_uris(self.tracking_uri) as ml:
+            with ml.start_run(run_id=run.run_id):
+                info = ml.xgboost.log_model(
                     booster,
                     name="cost_model",
                     registered_model_name=registered_name,
                     pip_requirements=["xgboost-cpu>=2.1,<4"],
                     model_format="json",
                 )
-        finally:
-            if previous:
-                mlflow.set_tracking_uri(previous)
         version = int(info.registered_model_version)
         self.client.set_model_version_tag(registered_name, str(version), "heldout_pairwise", f"{accuracy}")
         if self._should_promote(registered_name, accuracy):

@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from axon.ir import Graph, evaluate, max_rel_error
@@ -35,8 +37,6 @@ def tolerance(dtype: str) -> float:
 
 def numpy_dtype(dtype: str) -> np.dtype:
     if dtype == "bfloat16":
-        import ml_dtypes
-
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype({"float16": np.float16}.get(dtype, np.float32))
 
@@ -49,8 +49,6 @@ def quantize(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def dtype_max(dtype: str) -> float:
     if dtype == "bfloat16":
-        import ml_dtypes
-
         return float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
     return float(np.finfo(numpy_dtype(dtype)).max)
 
@@ -58,7 +56,7 @@ def dtype_max(dtype: str) -> float:
 class _F32(NumpyMath):
     """The op namespace on float32 arrays (NumPy keeps float32 with Python-float constants)."""
 
-    def rsqrt(self, x):  # type: ignore[override]
+    def rsqrt(self, x: Any) -> Any:
         return np.float32(1.0) / np.sqrt(x)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, Union
+from typing import Any
 
 from axon.ir.dims import Dim
 
@@ -36,7 +36,7 @@ class FloorDiv:
         return f"({idx_str(self.inner)})//{self.by}"
 
 
-Idx = Union[Dim, FloorDiv]
+Idx = Dim | FloorDiv
 
 
 def idx_str(i: Idx) -> str:
@@ -71,10 +71,24 @@ def idx_subst(i: Idx, var: str, repl: Dim) -> Idx:
 
 # atoms -----------------------------------------------------------------------------------------
 class Atom:
-    key: str
-    free: frozenset[str]
-    height: int
-    pos: bool
+    """A leaf of a normal form. Each kind supplies `key` (its identity), `free` (the index variables
+    it depends on), `height` (reduction nesting) and `pos` (known positive)."""
+
+    @property
+    def key(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def free(self) -> frozenset[str]:
+        raise NotImplementedError
+
+    @property
+    def height(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def pos(self) -> bool:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, eq=False)

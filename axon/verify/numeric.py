@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from math import lcm
-from typing import Optional
 
 import numpy as np
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import axon.spec as ax
 from axon.ir import Graph, trace
+from axon.ir.dims import Dim
 from axon.verify.proof import Result, prove
 
 
@@ -38,9 +39,7 @@ def _merge(x, v, rescale: bool):
     return {"m": m_new, "l": l * alpha + ax.sum(e), "o": o * alpha + e @ vt}
 
 
-def ax_dim(name: str):
-    from axon.ir.dims import Dim
-
+def ax_dim(name: str) -> Dim:
     return Dim.sym(name)
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 
 from axon.errors import SpecError
-from axon.ir import Graph
+from axon.ir import Graph, evaluate
 from axon.verify import expr as E
 from axon.verify.numeric import refute
 from axon.verify.semantics import Semantics
@@ -68,7 +67,7 @@ class Unknown:
         return self.reason
 
 
-Result = Union[Proof, Counterexample, Unknown]
+Result = Proof | Counterexample | Unknown
 
 
 def _check_signature(g1: Graph, g2: Graph) -> None:
@@ -133,14 +132,15 @@ def prove(g1: Graph, g2: Graph, timeout_s: float = 5.0, trials: int = 4, seed: i
         budget = max(0.05, timeout_s - (time.perf_counter() - start))
         outcome, cert = induction(a, b, budget, names)
         if outcome != "proved":
-            why = f"Z3 said {status} on the normal forms (a model with uninterpreted functions is not a real counterexample; NumPy found none); {cert}"
+            why = (
+                f"Z3 said {status} on the normal forms (a model with uninterpreted functions is not a real "
+                f"counterexample; NumPy found none); {cert}"
+            )
             return Unknown(why, time.perf_counter() - start)
     return Proof("induction", time.perf_counter() - start, cert)
 
 
 def _recheck(g1: Graph, g2: Graph, found) -> bool:  # noqa: ANN001 - a numeric.Mismatch
-    from axon.ir import evaluate
-
     a = evaluate(
         Graph(g1.name, g1.nodes, g1.outputs, tuple(sorted(found.sizes.items())), g1.output_names), found.inputs
     )

@@ -55,6 +55,11 @@ class _Value:
         return max(abs(self.lo), abs(self.hi))
 
 
+# the operand an op does not have (`a` of an input, `b` of a unary op): never read, since every op
+# reads only the operands it has; NaN everywhere, so a slip would show in the bounds instead of passing
+_ABSENT = _Value(math.nan, math.nan, math.nan)
+
+
 def _clean(v: float, default: float) -> float:
     return default if math.isnan(v) else v
 
@@ -72,7 +77,7 @@ def _min_abs(v: _Value) -> float:
     return 0.0 if v.lo <= 0.0 <= v.hi else min(abs(v.lo), abs(v.hi))
 
 
-def _row_extreme(graph: Graph, a: int, b: int, vals: list[_Value]):
+def _row_extreme(graph: Graph, a: int, b: int, vals: list[_Value]) -> Node | None:
     """The max/min reduction node when `b` is a row max or min of `a`: directly, or both scaled by the
     same positive factor (max(x) * c with x * c, c > 0, as a moved softmax scale leaves them)."""
     A, B = graph.nodes[a], graph.nodes[b]
@@ -96,8 +101,8 @@ def analyze(graph: Graph, box: Mapping[str, Range]) -> tuple[list[_Value], list[
         hazards.append(Hazard(kind, op, node, text))
 
     for n in graph.nodes:
-        a = vals[n.inputs[0]] if n.inputs else None
-        b = vals[n.inputs[1]] if len(n.inputs) > 1 else None
+        a = vals[n.inputs[0]] if n.inputs else _ABSENT
+        b = vals[n.inputs[1]] if len(n.inputs) > 1 else _ABSENT
         op = n.op
         if op == "input":
             lo, hi = box[n.attr("name")]
@@ -242,8 +247,8 @@ def _relative(node: Node, vals: list[_Value], u: float, graph: Graph) -> float:
     """A relative error bound where products, quotients and sums of positives give a tighter one than
     the absolute bound over a loose interval (e / sum(e) is at most 1, which intervals do not see)."""
     op, ins = node.op, node.inputs
-    a = vals[ins[0]] if ins else None
-    b = vals[ins[1]] if len(ins) > 1 else None
+    a = vals[ins[0]] if ins else _ABSENT
+    b = vals[ins[1]] if len(ins) > 1 else _ABSENT
     if op in ("input", "dimsize"):
         return 0.0
     if op == "const":
@@ -304,7 +309,7 @@ def output_bounds(graph: Graph, vals: list[_Value], dtype: str) -> list[tuple[fl
 def new_hazards(spec: Graph, variant: Graph, ranges: Mapping[str, Range], dtype: str) -> list[Hazard]:
     """Hazards of `variant` the spec as written does not have, on any analyzed box."""
     found: list[Hazard] = []
-    for name, box in boxes(spec, ranges, dtype).items():
+    for box in boxes(spec, ranges, dtype).values():
         svals, shaz = analyze(spec, box)
         vvals, vhaz = analyze(variant, box)
         known = {h.key for h in shaz}

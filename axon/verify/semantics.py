@@ -76,7 +76,7 @@ class Semantics:
             return self._matmul(node, index)
         if op == "transpose":
             axes = node.attr("axes")
-            inner = [ZERO] * len(axes)
+            inner: list[E.Idx] = [ZERO] * len(axes)
             for j, ax in enumerate(axes):
                 inner[ax] = index[j]
             return self.value(node.inputs[0], tuple(inner))
@@ -84,16 +84,16 @@ class Semantics:
             return self.value(node.inputs[0], self._reshape_index(node, index))
         if op == "slice":
             axis = node.attr("axis")
-            inner = list(index)
-            inner[axis] = _shift(index[axis], node.attr("start"))
-            return self.value(node.inputs[0], tuple(inner))
+            shifted = list(index)
+            shifted[axis] = _shift(index[axis], node.attr("start"))
+            return self.value(node.inputs[0], tuple(shifted))
         if op == "concat":
             return self._concat(node, index)
         if op == "repeat":
             axis = node.attr("axis")
-            inner = list(index)
-            inner[axis] = E.FloorDiv(index[axis], node.attr("repeats"))
-            return self.value(node.inputs[0], tuple(inner))
+            repeated = list(index)
+            repeated[axis] = E.FloorDiv(index[axis], node.attr("repeats"))
+            return self.value(node.inputs[0], tuple(repeated))
         raise E.Unsupported(f"op {op} has no proof semantics")
 
     def _reduce(self, node: Node, index: tuple[E.Idx, ...]) -> Val:
@@ -135,24 +135,25 @@ class Semantics:
                 inner.append(ZERO)
                 continue
             # the out axes whose product is d form this source axis: index = Σ i_j * stride_j
-            group, prod = [], ONE
+            group: list[tuple[Dim, E.Idx]] = []
+            prod = ONE
             while pos < len(outer) and prod != d:
                 group.append(outer[pos])
                 prod = prod * outer[pos][0]
                 pos += 1
             if prod != d:
                 raise E.Unsupported(f"reshape {[str(x) for x in src]} -> {[str(x) for x in out]} merges axes")
-            flat: E.Idx = ZERO
-            for j, (dj, ij) in enumerate(group):
+            if len(group) == 1 and isinstance(group[0][1], E.FloorDiv):
+                inner.append(group[0][1])  # a repeated axis kept whole
+                continue
+            flat = ZERO
+            for j, (_, ij) in enumerate(group):
+                if isinstance(ij, E.FloorDiv):
+                    raise E.Unsupported("reshape of a repeated axis")
                 stride = ONE
                 for dk, _ in group[j + 1 :]:
                     stride = stride * dk
-                if isinstance(ij, E.FloorDiv):
-                    if len(group) > 1:
-                        raise E.Unsupported("reshape of a repeated axis")
-                    flat = ij
-                else:
-                    flat = flat + ij * stride
+                flat = flat + ij * stride
             inner.append(flat)
         if pos != len(outer):
             raise E.Unsupported("reshape with leftover axes")

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import z3
 
-from axon.ir.dims import Dim
+from axon.ir.dims import Dim, parse_dim
 from axon.verify import expr as E
 from axon.verify.z3math import Z3Math
 
@@ -55,8 +55,10 @@ class Translator:
             t = z3.Real(self._name(a.key))
             if a.pos:
                 self._facts.append(t > 0)  # a sum/max of positive terms over a non-empty range
-        else:
+        elif isinstance(a, E.Fn):
             t = self._fn(a)
+        else:
+            raise E.Unsupported(f"no Z3 meaning for atom {a.key}")
         self._atoms[a.key] = t
         return t
 
@@ -79,8 +81,6 @@ class Translator:
             i = self.index(where)
             out = args[-1]
             for val, bound in reversed(list(zip(args[:-1], bounds[:-1]))):
-                from axon.ir.dims import parse_dim
-
                 out = z3.If(i < self.index(parse_dim(bound)), val, out)
             return out
         raise E.Unsupported(f"no Z3 meaning for {a.name}")

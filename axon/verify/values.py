@@ -9,7 +9,8 @@ sizes), otherwise it stays an opaque reciprocal that nothing cancels. Reductions
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Optional
+from math import isqrt
+from typing import Any
 
 from axon.ir.dims import Dim
 from axon.verify import expr as E
@@ -94,6 +95,7 @@ class Val:
 
     def __mul__(self, o: Any) -> Val:
         o = Val.lift(o)
+        sign: str | None
         if o.poly == self.poly:  # a square is non-negative, positive if a is non-zero
             sign = POS if _nonzero(self.sign) else NONNEG
         else:
@@ -187,8 +189,6 @@ class ExprMath:
 
 
 def _rational_sqrt(c: Fraction) -> Fraction | None:
-    from math import isqrt
-
     n, d = c.numerator, c.denominator
     rn, rd = isqrt(n), isqrt(d)
     return Fraction(rn, rd) if rn * rn == n and rd * rd == d else None

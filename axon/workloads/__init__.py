@@ -19,6 +19,7 @@ from typing import Any
 from axon.errors import SpecError
 from axon.ir import Graph, trace
 from axon.ir.frontend import signature_of
+from axon.ir.trace import bind_dims
 from axon.workloads import specs
 
 SINGLE, MULTI = "single", "multi"
@@ -47,7 +48,8 @@ class Workload:
 
     def dims(self, preset: str = "default", **overrides: int) -> dict[str, int]:
         if preset in ("default", "small") and preset not in self.presets:
-            # a user spec without the preset a command defaults to: its default preset for small, else only what is given
+            # a user spec without the preset a command defaults to: its default preset for small, else
+            # only what is given
             base = self.presets.get("default", {}) if preset == "small" else {}
             return {**base, **overrides}
         if preset not in self.presets:
@@ -58,7 +60,7 @@ class Workload:
     def graph(self, preset: str | None = "default", dtype: str = "float32", **overrides: int) -> Graph:
         """The traced graph at a preset (or only the given dims when `preset` is None)."""
         dims = dict(overrides) if preset is None else self.dims(preset, **overrides)
-        graph = trace(self.fn, dtype=dtype, name=self.kernel_name, **dims)
+        graph = bind_dims(trace(self.fn, dtype=dtype, name=self.kernel_name), dims, self.fn.__name__)
         graph.check_bound()
         return graph
 

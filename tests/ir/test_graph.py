@@ -1,11 +1,15 @@
 """Tracing, shape inference errors, canonical hashing, the printer, the evaluator."""
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import axon.spec as ax
 from axon.errors import SpecError
-from axon.ir import GraphBuilder, TensorType, evaluate, parse_shape, trace
+from axon.ir import GraphBuilder, TensorType, declare, evaluate, frontend, graph, parse_shape, printer, trace
 from tests.conftest import rel_err
 
 
@@ -145,3 +149,21 @@ def test_reference_case_leaves_no_output_undefined():
     assert (inputs["v"] > 0).all()
     x, y = reference_case(get("softmax").graph("small"), seed=0)
     assert (x["x"] < 0).any()  # inputs stay in [-1, 1] where the reference is defined there
+
+
+def test_the_spec_module_exports_exactly_the_frontend_ops():
+    exported = {n for n in dir(ax) if n[:1].islower() and callable(getattr(ax, n))} - {"spec", "tensor"}
+    assert exported == set(frontend.OPS)
+    assert all(hasattr(ax, n) for n in frontend.SPEC_NAMES)
+
+
+def test_moved_names_keep_their_old_import_paths():
+    for name in ("SpecSignature", "TensorDecl", "signature_of", "spec", "tensor"):
+        assert getattr(frontend, name) is getattr(declare, name)
+    assert printer.format_graph is graph.format_graph
+
+
+def test_the_ir_imports_nothing_above_it():
+    code = "import json, sys, axon.ir, axon.ir.printer; print(json.dumps([m for m in sys.modules if m[:5] == 'axon.']))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert all(m.startswith(("axon.ir", "axon.errors")) for m in json.loads(out)), out

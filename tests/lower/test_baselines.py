@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import axon.nki
 from axon.ir import max_rel_error, reference_case
 from axon.lower.baselines import expert_source, unfused, unfused_source
 from axon.lower.expert import KERNELS
@@ -12,20 +13,12 @@ from axon.target import load_hw
 from axon.workloads import get
 
 from .conftest import TOL
-from .nki_shim import run_source
 
 
 def _run(src, graph, x):
-    try:
-        import axon.nki as emu
-    except ImportError:
-        emu = None
     args = [x[n] for n in graph.input_names]
-    dtypes = tuple(n.type.dtype for n in graph.inputs)
-    if emu is not None and hasattr(emu, "run"):
-        res = emu.run(src, *args, hw="trn1")
-        return res if isinstance(res, (tuple, list)) else (res,)
-    return run_source(src, *args, dtypes=dtypes)
+    res = axon.nki.run(src, *args, hw="trn1")
+    return res if isinstance(res, (tuple, list)) else (res,)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -60,7 +61,9 @@ def test_records_survive_kill_9(tmp_path):
         db = RecordDB({str(path)!r})
         i = 0
         while True:
-            db.add(Record("w", {{"M": 1}}, "float32", "trn1", "h", "sim", "v", {{"i": i}}, f"k{{i}}", {{}}, 1.0 + i, "ok"))
+            db.add(Record(workload="w", shapes={{"M": 1}}, dtype="float32", hw="trn1", hw_hash="h",
+                          backend="sim", variant_hash="v", point={{"i": i}}, kernel_hash=f"k{{i}}",
+                          features={{}}, latency_ns=1.0 + i, status="ok"))
             print(i, flush=True)
             i += 1
             time.sleep(0.002)
@@ -141,3 +144,70 @@ def test_claims_keep_workers_from_measuring_one_kernel_twice(tmp_path):
         cwd=os.getcwd(),
     )
     assert other.stdout.strip() == "True"
+
+
+# The schema-1 layout as Axon 0.1 wrote it (baselines marked by `workload#label`).
+V1_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL, task TEXT NOT NULL, workload TEXT NOT NULL,
+    shapes TEXT NOT NULL, dtype TEXT NOT NULL, hw TEXT NOT NULL, hw_hash TEXT NOT NULL, backend TEXT NOT NULL,
+    variant_hash TEXT NOT NULL, point TEXT NOT NULL, kernel_hash TEXT NOT NULL, features TEXT NOT NULL,
+    latency_ns REAL, status TEXT NOT NULL, error TEXT NOT NULL, measurement TEXT NOT NULL,
+    axon_version TEXT NOT NULL, run_id TEXT NOT NULL
+);
+CREATE TABLE claims (kernel_hash TEXT NOT NULL, backend TEXT NOT NULL, hw_hash TEXT NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, created REAL NOT NULL, PRIMARY KEY (kernel_hash, backend, hw_hash));
+INSERT INTO meta VALUES ('schema_version', '1');
+"""
+
+
+def _v1_file(path, names):
+    conn = sqlite3.connect(path)
+    conn.executescript(V1_SCHEMA)
+    for i, name in enumerate(names):
+        task = f"{name}[M=4]:float32@h"
+        conn.execute(
+            "INSERT INTO records (created, task, workload, shapes, dtype, hw, hw_hash, backend, variant_hash, point, "
+            "kernel_hash, features, latency_ns, status, error, measurement, axon_version, run_id) "
+            "VALUES (?, ?, ?, '{\"M\": 4}', 'float32', 'trn1', 'h', 'sim', 'v', ?, ?, '{}', ?, 'ok', '', '{}', "
+            "'0.1.0', '')",
+            (1.0 + i, task, name, json.dumps({"i": i}), f"k{i}", 100.0 + i),
+        )
+    conn.commit()
+    conn.close()
+
+
+def test_a_schema_1_database_migrates_with_every_record_and_task_kept(tmp_path):
+    path = tmp_path / "records.db"
+    names = ["softmax"] * 5 + ["softmax#unfused"] + ["softmax#unfused_tuned"] * 3 + ["matmul"] * 2
+    _v1_file(path, names)
+    before = sqlite3.connect(path).execute("SELECT id, task, kernel_hash, latency_ns FROM records").fetchall()
+    db = RecordDB(path)
+    records = db.records()
+    assert len(records) == len(before) == 11
+    assert [(r.id, r.task, r.kernel_hash, r.latency_ns) for r in records] == before  # same ids, tasks, figures
+    kinds = [(r.workload, r.kind, r.label) for r in records]
+    assert kinds.count(("softmax", "baseline", "unfused")) == 1
+    assert kinds.count(("softmax", "kernel", "unfused_tuned")) == 3
+    assert kinds.count(("softmax", "kernel", "")) == 5 and kinds.count(("matmul", "kernel", "")) == 2
+    assert all(r.code_version == "0.1.0" for r in records)
+    assert (tmp_path / "records.db.v1").exists()  # the schema-1 file is kept as it was
+    assert sqlite3.connect(tmp_path / "records.db.v1").execute("SELECT COUNT(*) FROM records").fetchone()[0] == 11
+    db.close()
+    again = RecordDB(path)  # opening a migrated file again changes nothing
+    assert [(r.id, r.task, r.kind, r.label) for r in again.records()] == [
+        (r.id, r.task, r.kind, r.label) for r in records
+    ]
+    assert again.lookup("k5", "sim", "h").kind == "baseline"
+
+
+def test_a_newer_schema_is_refused_with_one_line(tmp_path):
+    path = tmp_path / "records.db"
+    RecordDB(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="has schema 9"):
+        RecordDB(path)

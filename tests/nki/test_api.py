@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import axon.nki
+from axon.cli.nki import parse_input_spec
 from axon.errors import NKIError
-from axon.nki.cli import parse_input_spec
 from tests.conftest import rel_err
 
 

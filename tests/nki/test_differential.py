@@ -1318,7 +1318,9 @@ LEGACY_NOT_INSTRUCTIONS = {"assign", "accumulate"}  # `t[...] = v` / `t += v`, e
 
 def implemented_calls() -> dict[str, set[str]]:
     """The emulator's API tables: public functions of nki.isa (both generations) and nki.language."""
-    isa_modules = {current_isa.__name__, legacy_isa.__name__, "axon.nki.instructions"}
+    isa_modules = {current_isa.__name__, legacy_isa.__name__} | {
+        f"axon.nki.isa_{m}" for m in ("base", "tensor", "vector", "misc")
+    }
 
     def funcs(mod: types.ModuleType) -> set[str]:
         return {
@@ -1331,7 +1333,10 @@ def implemented_calls() -> dict[str, set[str]]:
         n
         for n, v in vars(language).items()
         if not n.startswith("_")
-        and (isinstance(v, language.Op) or (inspect.isfunction(v) and v.__module__ == language.__name__))
+        and (
+            isinstance(v, language.Op)
+            or (inspect.isfunction(v) and v.__module__ in (language.__name__, "axon.nki.lang_tensors"))
+        )
     }
     return {
         "current": funcs(current_isa),

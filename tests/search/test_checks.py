@@ -50,9 +50,9 @@ def test_the_kernel_as_written_passes_with_a_figure_per_class(tmp_path, dtype):
 
 @pytest.mark.slow
 def test_tune_reports_the_adversarial_figures_and_the_rejected_variants(tmp_path):
-    from axon.search.api import tune
+    from axon.search.api import TuneRequest, tune
 
-    report = tune("softmax", preset="small", trials=3, workdir=tmp_path, track=False)
+    report = tune(TuneRequest.make("softmax", preset="small", trials=3, workdir=tmp_path, track=False))
     assert report.adversarial is not None and report.adversarial.ok
     assert set(report.adversarial.worst()) == set(CLASSES)
     assert "unshift-exp" not in report.moves

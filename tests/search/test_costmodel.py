@@ -21,7 +21,22 @@ def _records(task_m: int, n: int, seed: int) -> list[Record]:
         latency = 1000 * task_m * (1.5 - tile) * (1 + 0.3 * (depth - 0.5) ** 2) * rng.uniform(0.98, 1.02)
         kh = hashlib.sha256(f"{task_m}-{seed}-{i}".encode()).hexdigest()
         feats = {"tile": tile, "depth": depth, "log_m": np.log2(task_m)}
-        out.append(Record("w", {"M": task_m}, "float32", "trn1", "h", "sim", "v", {"i": i}, kh, feats, latency, "ok"))
+        out.append(
+            Record(
+                workload="w",
+                shapes={"M": task_m},
+                dtype="float32",
+                hw="trn1",
+                hw_hash="h",
+                backend="sim",
+                variant_hash="v",
+                point={"i": i},
+                kernel_hash=kh,
+                features=feats,
+                latency_ns=latency,
+                status="ok",
+            )
+        )
     return out
 
 

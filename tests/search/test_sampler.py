@@ -70,7 +70,22 @@ def _tune(sampler_name: str, trials: int, seed: int) -> list[float]:
         lat = latency(p)
         study.tell(trial, lat)
         kh = hashlib.sha256(point_key(p).encode()).hexdigest()
-        records.append(Record("toy", {}, "float32", "trn1", "h", "sim", "v", p, kh, features(p), lat, "ok"))
+        records.append(
+            Record(
+                workload="toy",
+                shapes={},
+                dtype="float32",
+                hw="trn1",
+                hw_hash="h",
+                backend="sim",
+                variant_hash="v",
+                point=p,
+                kernel_hash=kh,
+                features=features(p),
+                latency_ns=lat,
+                status="ok",
+            )
+        )
         if sampler_name == "costmodel":
             model.fit(records, holdout=0.0)
         best.append(min(best[-1] if best else np.inf, lat))
@@ -112,18 +127,18 @@ def test_costmodel_sampler_proposes_distinct_valid_points():
         lat = latency(dict(t.params))
         records.append(
             Record(
-                "toy",
-                {},
-                "float32",
-                "trn1",
-                "h",
-                "sim",
-                "v",
-                dict(t.params),
-                hashlib.sha256(key.encode()).hexdigest(),
-                features(dict(t.params)),
-                lat,
-                "ok",
+                workload="toy",
+                shapes={},
+                dtype="float32",
+                hw="trn1",
+                hw_hash="h",
+                backend="sim",
+                variant_hash="v",
+                point=dict(t.params),
+                kernel_hash=hashlib.sha256(key.encode()).hexdigest(),
+                features=features(dict(t.params)),
+                latency_ns=lat,
+                status="ok",
             )
         )
         model.fit(records, holdout=0.0)
@@ -137,14 +152,27 @@ def test_pretrained_model_skips_the_random_start():
     for i, p in enumerate(space.sample(np.random.default_rng(s)) for s in range(40)):
         if space.validate(p) is None:
             records.append(
-                Record("toy", {}, "float32", "trn1", "h", "sim", "v", p, f"{i:08x}", features(p), latency(p), "ok")
+                Record(
+                    workload="toy",
+                    shapes={},
+                    dtype="float32",
+                    hw="trn1",
+                    hw_hash="h",
+                    backend="sim",
+                    variant_hash="v",
+                    point=p,
+                    kernel_hash=f"{i:08x}",
+                    features=features(p),
+                    latency_ns=latency(p),
+                    status="ok",
+                )
             )
     model = CostModel(rounds=30)
     model.fit(records, holdout=0.0)
     model.freeze()
     sampler = CostModelSampler(space, model, features, seed=0, epsilon=0.0)
     study = optuna.create_study(sampler=sampler)
-    trial = study.ask(space.distributions())
+    study.ask(space.distributions())
     assert sampler.last_prediction is not None  # scored by the model, not a random warm-up point
 
 

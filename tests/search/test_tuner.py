@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import os
 import signal
 import subprocess
@@ -22,10 +21,10 @@ def _measured(db: RecordDB) -> list[str]:
 
 
 def test_tune_reports_a_checked_kernel_and_tracks_it(tmp_path):
-    from axon.search.api import tune
+    from axon.search.api import TuneRequest, tune
     from axon.track import Tracker
 
-    report = tune("rmsnorm_matmul", preset="small", trials=6, workdir=tmp_path, seed=1)
+    report = tune(TuneRequest.make("rmsnorm_matmul", preset="small", trials=6, workdir=tmp_path, seed=1))
     assert report.best_latency_ns and report.best_latency_ns > 0
     assert report.numerics is not None and report.numerics.ok
     assert report.unfused_ns and report.roofline_ns < report.best_latency_ns

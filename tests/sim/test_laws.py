@@ -248,7 +248,7 @@ def test_flop_utilization_of_back_to_back_matmuls(trn1):
 def test_a_ready_load_is_not_held_back_by_a_store_waiting_for_compute(trn1):
     b = TraceBuilder()
     h, o = b.hbm("h", 1 << 20), b.hbm("o", 1 << 20)
-    x, y, z = b.sbuf("x", 128, 8192), b.sbuf("y", 128, 8192), b.sbuf("z", 128, 512)
+    x, _y, z = b.sbuf("x", 128, 8192), b.sbuf("y", 128, 8192), b.sbuf("z", 128, 512)
     b.op("memset", "vector", writes=[b.whole(x)], free_size=8192)  # long compute
     b.dma(b.whole(o, 0, 128 * 32768), b.whole(x))  # store: waits for the memset
     b.dma(b.whole(z), b.whole(h, 0, 128 * 2048))  # independent load, later in program order

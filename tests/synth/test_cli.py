@@ -43,9 +43,11 @@ def test_variants_lists_floating_point_rejections_with_their_reason():
 def test_variants_numbers_a_variant_as_tune_reports_it(tmp_path):
     import re
 
-    from axon.search.api import tune
+    from axon.search.api import TuneRequest, tune
 
-    report = tune("rmsnorm_matmul", preset="small", trials=4, workdir=tmp_path, track=False, check=False)
+    report = tune(
+        TuneRequest.make("rmsnorm_matmul", preset="small", trials=4, workdir=tmp_path, track=False, check=False)
+    )
     out = _run("rmsnorm_matmul", "--preset", "small")
     assert out.returncode == 0, out.stderr
     listed = re.findall(r"^== variant (\S+)  id (\w+)", out.stdout, re.M)

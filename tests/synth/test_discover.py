@@ -4,7 +4,7 @@ Each property says: wherever the graph has a certain dataflow shape, discovery f
 variant that dependence allows. Workloads are picked by inspecting their graphs.
 """
 
-from functools import cache, lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -13,15 +13,13 @@ from axon.ir import Graph, evaluate
 from axon.synth import discover, discover_variants
 from axon.synth import inspect as q
 from axon.verify import Proof
-from axon.workloads import all_workloads
+from axon.workloads import all_workloads, get
 
 ELEMENTWISE = {"add", "sub", "mul", "div", "exp", "sqrt", "rsqrt", "square", "neg", "const", "dimsize", "input"}
 
 
 @cache
 def found(name: str):
-    from axon.workloads import get
-
     return discover(get(name).symbolic())
 
 
@@ -112,8 +110,6 @@ def test_variant_list_starts_with_the_original_and_hashes_are_unique():
     "name", _where(_divides_exp_by_its_sum)[:2] + _where(_reductions_reach_matmuls_elementwise)[:2]
 )
 def test_every_variant_computes_what_the_original_computes(name):
-    from axon.workloads import get
-
     small = get(name).graph("small")
     shrink = {k: min(v, 128 if k in ("K", "N", "S") else 4) for k, v in small.bindings.items()}
     ref_graph = small.bind(**shrink)
@@ -127,8 +123,6 @@ def test_every_variant_computes_what_the_original_computes(name):
 
 def test_bound_graph_keeps_its_bindings_and_is_proved_for_all_sizes():
     name = _where(_reductions_reach_matmuls_elementwise)[0]
-    from axon.workloads import get
-
     g = get(name).graph("small")
     vs = discover_variants(g, max_depth=2)
     assert len(vs) > 1
@@ -138,7 +132,5 @@ def test_bound_graph_keeps_its_bindings_and_is_proved_for_all_sizes():
 
 def test_excluded_moves_are_never_used():
     name = _where(_reductions_reach_matmuls_elementwise)[0]
-    from axon.workloads import get
-
     vs = discover_variants(get(name).symbolic(), max_depth=2, exclude={"split-tiles"})
     assert len(vs) > 1 and all(m.name != "split-tiles" for v in vs for m in v.moves)

@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from axon.ir.ops import NumpyMath
+from axon.lower.groups import fused_groups
 from axon.lower.passes import normalize, split
-from axon.synth.isel import Step, _Checker, _tree_pieces, fused_groups, step_value, synthesize_instructions
+from axon.synth import discover_variants
+from axon.synth.groups import _node_value
+from axon.synth.isel import Step, _Checker, _tree_pieces, step_value, synthesize_instructions
 from axon.workloads import get
 
 
@@ -33,8 +36,6 @@ def test_normalization_groups_have_two_verified_alternatives(name):
     assert len(alts) >= 2
     rng = np.random.default_rng(1)
     env = {l.node: (l.value if l.kind == "scalar" else rng.uniform(0.5, 2.0, 7)) for l in group.leaves}
-    from axon.synth.isel import _node_value
-
     want = _node_value(NumpyMath(), group.graph, group.sink, env)
     for alt in alts:  # every alternative computes the group on fresh values (not the search's samples)
         assert np.allclose(_run(group, alt, env), want, rtol=1e-9)
@@ -49,8 +50,6 @@ def test_sum_of_squares_is_folded_into_one_activation_reduce():
 
 
 def test_per_row_scale_applied_by_activation_scale_while_evacuating_psum():
-    from axon.synth import discover_variants
-
     found = False
     for v in discover_variants(get("rmsnorm_matmul").graph("small")):
         g = split(normalize(v.graph), set())[0][-1].graph

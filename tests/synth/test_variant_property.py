@@ -1,6 +1,6 @@
 """Property: every discovered variant computes what its source computes, at any sizes and inputs."""
 
-from functools import cache, lru_cache
+from functools import cache
 
 import numpy as np
 from hypothesis import given, settings

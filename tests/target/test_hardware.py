@@ -1,12 +1,13 @@
 """Hardware files load into a validated HardwareSpec; broken files name the field and the file."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
 from axon.errors import HardwareError
-from axon.target import builtin_hw, load_hw
+from axon.target import DEFAULT_HW, builtin_hw, hardware, load_hw
 from axon.target.hardware import CONFIG_DIR
 
 
@@ -72,3 +73,21 @@ def test_missing_file_lists_builtins(tmp_path):
     bad.write_text("name: [unclosed\n")
     with pytest.raises(HardwareError, match="not valid YAML"):
         load_hw(bad)
+
+
+def test_a_file_is_parsed_once_per_content(tmp_path, monkeypatch):
+    assert load_hw() is load_hw(DEFAULT_HW) is load_hw(DEFAULT_HW)  # the default, parsed once
+    parsed = []
+    real = hardware.yaml.safe_load
+    monkeypatch.setattr(hardware.yaml, "safe_load", lambda raw: parsed.append(1) or real(raw))
+    path = tmp_path / "mine.yaml"
+    path.write_text((CONFIG_DIR / "trn1.yaml").read_text())
+    first = load_hw(path)
+    assert load_hw(path) is first and load_hw(str(path)) is first and len(parsed) == 1
+    assert first.file_hash == load_hw("trn1").file_hash and first.source == str(path)
+    path.write_text((CONFIG_DIR / "trn1.yaml").read_text() + "\n# edited\n")
+    edited = load_hw(path)
+    assert len(parsed) == 2 and edited.file_hash != first.file_hash
+    assert dataclasses.replace(edited, file_hash=first.file_hash) == first
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        edited.name = "changed"  # type: ignore[misc]

@@ -14,8 +14,10 @@ import pytest
 
 from axon.measure.records import Record
 from axon.search.costmodel import CostModel
-from axon.track import Tracker, workdir_store
+from axon.track import Tracker
+from axon.track.tracker import load_registered_booster
 from axon.track.view import VIEW_TAG, column_id, view_state, view_tags
+from axon.workdir import Workdir
 from tests.conftest import REPO
 
 
@@ -51,7 +53,20 @@ def test_registry_moves_champion_only_when_accuracy_holds(tracker, tmp_path):
 
     rng = np.random.default_rng(0)
     recs = [
-        Record("w", {}, "float32", "trn1", "h", "sim", "v", {}, f"{i:08x}", {"a": float(a)}, 10.0 + a, "ok")
+        Record(
+            workload="w",
+            shapes={},
+            dtype="float32",
+            hw="trn1",
+            hw_hash="h",
+            backend="sim",
+            variant_hash="v",
+            point={},
+            kernel_hash=f"{i:08x}",
+            features={"a": float(a)},
+            latency_ns=10.0 + a,
+            status="ok",
+        )
         for i, a in enumerate(rng.uniform(0, 1, 40))
     ]
     model = CostModel(rounds=5)
@@ -64,9 +79,11 @@ def test_registry_moves_champion_only_when_accuracy_holds(tracker, tmp_path):
     assert (v1, v2, v3) == (1, 2, 3)
     champion = tracker.client.get_model_version_by_alias("axon-costmodel-test", "champion")
     assert int(champion.version) == 3
-    mlflow.set_tracking_uri(tracker.tracking_uri)
-    loaded = mlflow.xgboost.load_model("models:/axon-costmodel-test@champion")
-    assert loaded.num_features() == 1
+    # loaded through the tracking URI alone, and MLflow's global URIs are left as they were
+    before = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
+    saved = load_registered_booster("models:/axon-costmodel-test@champion", tracker.tracking_uri, tmp_path / "b.json")
+    assert CostModel.load(saved).feature_names == ["a"]
+    assert (mlflow.get_tracking_uri(), mlflow.get_registry_uri()) == before
 
 
 def test_a_new_experiment_carries_axons_runs_view(tracker):
@@ -83,7 +100,7 @@ def test_a_new_experiment_carries_axons_runs_view(tracker):
 def test_ensure_ui_view_fills_in_an_old_experiment_and_keeps_a_chosen_kind(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri, root = workdir_store(tmp_path)
+    uri, root = Workdir.resolve(tmp_path).tracking_uri, Workdir.resolve(tmp_path).artifact_root
     client = MlflowClient(uri)
     old = client.create_experiment("axon", artifact_location=root, tags={"mlflow.experimentKind": "genai_development"})
     client.set_experiment_tag(old, VIEW_TAG, json.dumps({"name": "old", "createdAt": 1, "state": "{}"}))
@@ -100,6 +117,7 @@ import sys, time
 from pathlib import Path
 import mlflow.tracking  # the 2 s import happens before the start line
 from axon.track import Tracker
+from axon.track.tracker import load_registered_booster
 ready, go = Path(sys.argv[2]), Path(sys.argv[3])
 ready.touch()
 while not go.exists():

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
+from axon.cli.track import _alive, _descendants
 from axon.track import Tracker
-from axon.track.cli import _alive, _descendants
 from axon.track.view import VIEW_TAG, column_id, runs_url
 from tests.conftest import REPO
 
@@ -130,11 +130,12 @@ def test_axon_ui_stops_its_whole_process_tree(tmp_path, sig):
 
 def test_stop_ui_stops_children_that_left_the_session(tmp_path):
     """A grandchild in its own session, re-parented when the server exits, is stopped too."""
-    from axon.track.cli import stop_ui
+    from axon.cli.track import stop_ui
 
     script = (
         "import subprocess, sys, time\n"
-        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'],"
+        "subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'],"
         " start_new_session=True)\n"
         "time.sleep(120)\n"
     )
@@ -152,7 +153,7 @@ def test_stop_ui_stops_children_that_left_the_session(tmp_path):
 @pytest.mark.slow
 def test_workers_on_one_study_record_into_one_tracking_server(tmp_path):
     """Two `axon tune` workers share an Optuna journal study and log to one MLflow server."""
-    from axon.track.cli import start_ui, stop_ui, wait_healthy
+    from axon.cli.track import start_ui, stop_ui, wait_healthy
 
     server_dir = tmp_path / "server"
     server_dir.mkdir()

@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
+import webbrowser
 from pathlib import Path
 from typing import Any
 
 import click
 
+from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import StoreError
-
-
-def resolve_workdir(workdir: str | None) -> Path:
-    """--workdir, else $AXON_HOME, else ./.axon (the one place the environment is read)."""
-    return Path(workdir or os.environ.get("AXON_HOME") or ".axon").resolve()
-
-
-workdir_option = click.option(
-    "--workdir", default=None, help="Working directory with records.db, mlflow.db (default $AXON_HOME or ./.axon)."
-)
+from axon.track.tracker import Tracker
+from axon.track.view import runs_url
+from axon.workdir import Workdir
 
 
 def _free_port(preferred: int) -> int:
@@ -38,9 +35,7 @@ def _free_port(preferred: int) -> int:
 
 def start_ui(workdir: Path, port: int) -> tuple[subprocess.Popen, str]:
     """Start the MLflow UI on the working directory's store, bound to 127.0.0.1."""
-    from axon.track.tracker import workdir_store
-
-    uri, root = workdir_store(workdir)
+    uri, root = Workdir(workdir).tracking_uri, Workdir(workdir).artifact_root
     port = _free_port(port)
     cmd = [
         sys.executable,
@@ -67,7 +62,6 @@ def start_ui(workdir: Path, port: int) -> tuple[subprocess.Popen, str]:
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    import urllib.request
 
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -96,10 +90,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
 def ui(workdir: str | None, port: int, open_browser: bool | None) -> None:
     """Start the MLflow UI on the working directory's store (127.0.0.1 only) and print the page of
     its tuning runs; Ctrl-C, SIGTERM or SIGHUP stops it and everything it started."""
-    from axon.track.tracker import Tracker
-    from axon.track.view import runs_url
 
-    path = resolve_workdir(workdir)
+    path = resolve_workdir(workdir).root
     path.mkdir(parents=True, exist_ok=True)
     # Each of these stops the server. SIGINT is set explicitly: a process started in the background
     # by a non-interactive shell inherits SIGINT ignored, and Python then never raises
@@ -136,7 +128,6 @@ def _has_display() -> bool:
 
 
 def _open_browser(url: str) -> None:
-    import webbrowser
 
     try:
         browser = webbrowser.get()
@@ -215,11 +206,8 @@ def stop_ui(proc: subprocess.Popen) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
 def runs(workdir: str | None, count: int, as_json: bool) -> None:
     """List recent tuning runs: hardware, shape, dtype, best latency and speedup over unfused."""
-    import json
 
-    from axon.track.tracker import Tracker
-
-    path = resolve_workdir(workdir)
+    path = resolve_workdir(workdir).root
     if not (path / "mlflow.db").exists():
         raise StoreError(f"no tracking store in {path} (run `axon tune` first, or pass --workdir)")
     tracker = Tracker.for_workdir(path)
@@ -266,7 +254,6 @@ def _fit(text: str, width: int) -> str:
 
 def _hw_text(param: str) -> str:
     """The `hw` param: one name for a tuning run, a JSON list (["trn1", "trn2"]) for a sweep's."""
-    import json
 
     try:
         names = json.loads(param)
@@ -277,7 +264,6 @@ def _hw_text(param: str) -> str:
 
 def _shape_text(param: str) -> str:
     """The `shapes` param ({"M": 256, "N": 512}) as `--shape` takes it: M=256,N=512."""
-    import json
 
     try:
         bindings = json.loads(param)

@@ -9,6 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import numpy as np
+
+from axon.cli.nki import check_input_memory, parse_input_spec, random_array
+from axon.errors import NKIError
+from axon.nki import load_kernel, run_with_trace
+from axon.sim import simulate
+from axon.target import DEFAULT_HW, load_hw
 
 
 @click.command("profile")
@@ -16,7 +23,7 @@ import click
 @click.option(
     "--input", "inputs", multiple=True, help="NAME=DTYPE[SHAPE], e.g. a=bfloat16[128,512]; once per argument."
 )
-@click.option("--hw", default="trn1", show_default=True, help="Hardware file: a built-in name or a YAML path.")
+@click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file: a built-in name or a YAML path.")
 @click.option(
     "--out",
     "out_dir",
@@ -33,13 +40,6 @@ def profile(kernel: str, inputs: tuple[str, ...], hw: str, out_dir: str, no_png:
     The kernel is executed on random inputs of the given shapes, as `axon nki run` does, so an input
     it cannot take is refused the same way (one line, exit 2); the timeline is of that execution.
     """
-    import numpy as np
-
-    from axon.errors import NKIError
-    from axon.nki import load_kernel, run_with_trace
-    from axon.nki.cli import check_input_memory, parse_input_spec, random_array
-    from axon.sim import simulate
-    from axon.target import load_hw
 
     out = Path(out_dir)
     if not out.is_dir() and not out.parent.is_dir():

@@ -3,29 +3,43 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+from typing import Any
 
 import click
+from tqdm import tqdm
 
-from axon.track.cli import resolve_workdir, workdir_option
+from axon.cli.common import resolve_workdir, workdir_option
+from axon.measure.events import Callback, TrialLog
+from axon.options import parse_shape_option
+from axon.search.api import TuneInterrupted, TuneRequest
+from axon.search.api import tune as run_tune
+from axon.search.guards import preflight, preflight_sweep
+from axon.search.sweep import run_sweep
+from axon.search.sweepconfig import load_sweep
+from axon.shipped import cost_model_ref
+from axon.target import DEFAULT_HW
 
 
 def _warn(message: str) -> None:
     click.echo(f"axon: warning: {message}", err=True)
 
 
-class Progress:
-    """A tqdm bar on stderr showing the best latency so far (silent with --quiet/--json)."""
+class Progress(Callback):
+    """A tqdm bar on stderr showing the best latency so far (silent with --quiet/--json); with
+    --verbose each failed trial's reason; warnings as `axon: warning:` lines."""
 
     def __init__(self, total: int, label: str, enabled: bool, verbose: bool = False) -> None:
-        self.bar = None
+        self.bar: Any = None
         self.verbose = verbose
         if enabled:
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, desc=label, unit="trial", file=sys.stderr, dynamic_ncols=True, leave=True)
 
-    def __call__(self, log) -> None:
+    def on_warning(self, message: str) -> None:
+        _warn(message)
+
+    def on_trial(self, log: TrialLog) -> None:
         if self.verbose and log.status in ("infeasible", "error"):
             line = (
                 f"trial {log.number} {log.status}: {log.reason.strip().splitlines()[0] if log.reason.strip() else '?'}"
@@ -50,7 +64,7 @@ class Progress:
 @click.option("--shape", default=None, help="Bind dimensions over the preset, e.g. M=4096,K=1024.")
 @click.option("--preset", default="default", show_default=True)
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
-@click.option("--hw", default="trn1", show_default=True, help="Hardware file: trn1, trn2 or a YAML path.")
+@click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file: trn1, trn2 or a YAML path.")
 @click.option("--backend", default="sim", show_default=True, type=click.Choice(["sim", "neuron"]))
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(1))
 @click.option(
@@ -60,7 +74,12 @@ class Progress:
     help="Time budget in seconds, > 0 (stops at whichever budget ends first).",
 )
 @click.option("--sampler", default="costmodel", show_default=True, type=click.Choice(["costmodel", "tpe", "random"]))
-@click.option("--cost-model", default=None, help="A model file or models:/axon-costmodel-trn1@champion to start from.")
+@click.option(
+    "--cost-model",
+    default=None,
+    callback=lambda ctx, param, value: cost_model_ref(value),
+    help="A model file, a shipped model (trn1) or models:/axon-costmodel-trn1@champion to start from.",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @workdir_option
 @click.option(
@@ -106,47 +125,36 @@ def tune(
     A spec file's path is taken from the working directory. Ctrl-C writes the best kernel so far
     (checked against the reference) and exits 130.
     """
-    import signal
-
-    from axon.cli import parse_shape_option
-    from axon.search.guards import preflight
 
     # started in the background by a non-interactive shell, SIGINT arrives ignored: Ctrl-C (or
     # kill -INT) must still stop the run and write the best kernel so far
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    dims = parse_shape_option(shape)
-    preflight(
-        workload, dims, preset, dtype, hw, resolve_workdir(workdir), out, force, storage
-    )  # before the heavy imports
-    from axon.search.api import TuneInterrupted
-    from axon.search.api import tune as run_tune
-
+    request = TuneRequest.make(
+        workload,
+        shape=parse_shape_option(shape),
+        preset=preset,
+        dtype=dtype,
+        hw=hw,
+        backend=backend,
+        trials=trials,
+        seconds=seconds,
+        sampler=sampler,
+        cost_model=cost_model,
+        seed=seed,
+        workdir=resolve_workdir(workdir),
+        storage=storage,
+        study=study,
+        out=out,
+        track=not no_track,
+        tracking_uri=tracking_uri,
+        patience=patience,
+        force=force,
+    )
+    preflight(request)  # refusals come before the progress bar is drawn
     label = workload.rpartition(":")[2] if ".py:" in workload else workload
     progress = Progress(trials, label, enabled=not (quiet or as_json), verbose=verbose)
     try:
-        report = run_tune(
-            workload,
-            shape=dims,
-            preset=preset,
-            dtype=dtype,
-            hw=hw,
-            backend=backend,
-            trials=trials,
-            seconds=seconds,
-            sampler=sampler,
-            cost_model=cost_model,
-            seed=seed,
-            workdir=resolve_workdir(workdir),
-            storage=storage,
-            study=study,
-            out=out,
-            track=not no_track,
-            tracking_uri=tracking_uri,
-            patience=patience,
-            force=force,
-            on_trial=progress,
-            warn=_warn,
-        )
+        report = run_tune(request, [progress])
     except TuneInterrupted as stop:
         progress.close()
         click.echo(f"axon: {stop.message}", err=True)
@@ -162,7 +170,12 @@ def tune(
 @click.command()
 @click.argument("config", type=click.Path())
 @workdir_option
-@click.option("--cost-model", default=None, help="Start every task from this model (file or models:/...).")
+@click.option(
+    "--cost-model",
+    default=None,
+    callback=lambda ctx, param, value: cost_model_ref(value),
+    help="Start every task from this model (a file, a shipped model's name, or models:/...).",
+)
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
 @click.option("--trials", default=None, type=click.IntRange(1), help="Override the config's trials per task (>= 1).")
 @click.option(
@@ -181,16 +194,12 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
     while tuning (each named with its reason on stderr), else 3 with --fail-on-regression when a
     task got slower, else 0.
     """
-    from axon.search.guards import preflight_sweep
-    from axon.search.sweepconfig import load_sweep
 
     path = resolve_workdir(workdir)
     parsed = load_sweep(config)
     preflight_sweep(parsed, path)  # every entry, before the heavy imports
 
-    from axon.search.sweep import run_sweep
-
-    bar = {"p": None}
+    bar: dict[str, Progress | None] = {"p": None}
 
     def on_task(key: str, i: int, n: int) -> None:
         if bar["p"] is not None:
@@ -199,7 +208,7 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
 
     def on_trial(log) -> None:
         if bar["p"] is not None:
-            bar["p"](log)
+            bar["p"].on_trial(log)
 
     try:
         report = run_sweep(
@@ -231,18 +240,21 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
     else:
         click.echo(report.table())
         click.echo(
-            f"\nsweep {report.name}: {len(report.rows)} tasks in {report.elapsed_s:.0f} s; parent run {report.parent_run_id}"
+            f"\nsweep {report.name}: {len(report.rows)} tasks in {report.elapsed_s:.0f} s; "
+            f"parent run {report.parent_run_id}"
         )
         for hw, v in report.model_versions.items():
             click.echo(
-                f"cost model for {hw}: registered version {v} (held-out pairwise accuracy {report.model_accuracy.get(hw)})"
+                f"cost model for {hw}: registered version {v} "
+                f"(held-out pairwise accuracy {report.model_accuracy.get(hw)})"
             )
         if report.regressions:
             click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
         click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")
     for row in report.failures:
         click.echo(
-            f"axon: error: sweep {report.name}: entry {row.key} failed: {row.error.splitlines()[0] if row.error else '?'}",
+            f"axon: error: sweep {report.name}: entry {row.key} failed: "
+            f"{row.error.splitlines()[0] if row.error else '?'}",
             err=True,
         )
     if report.failures:

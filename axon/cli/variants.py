@@ -7,6 +7,14 @@ from typing import Any
 
 import click
 
+from axon.errors import AxonError
+from axon.options import parse_shape_option
+from axon.search.api import TUNING_EXCLUDED_MOVES, verified_variants, workload_graph
+from axon.search.problem import LoweredProblem
+from axon.synth import discover
+from axon.target import DEFAULT_HW, load_hw
+from axon.workloads import get
+
 
 @click.command()
 @click.argument("workload")
@@ -22,7 +30,7 @@ import click
     type=click.Choice(["float32", "bfloat16", "float16"]),
     help="Kernel dtype the floating-point gate checks in.",
 )
-@click.option("--hw", default="trn1", show_default=True, help="Hardware file (which variants lower).")
+@click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file (which variants lower).")
 def variants(
     workload: str, depth: int, timeout_s: float, max_variants: int, shape: str | None, preset: str, dtype: str, hw: str
 ) -> None:
@@ -31,9 +39,6 @@ def variants(
     Each variant is numbered as `axon tune WORKLOAD --preset P --dtype D --hw H` reports it ("variant
     N", "-" and the reason when tune does not offer it), with its id (the hash tune's report prints).
     """
-    from axon.cli import parse_shape_option
-    from axon.synth import discover
-    from axon.workloads import get
 
     w = get(workload)
     dims = parse_shape_option(shape)
@@ -62,7 +67,6 @@ def variants(
 
 
 def _untuned(variant: Any, note: str) -> str:
-    from axon.search.api import TUNING_EXCLUDED_MOVES
 
     excluded = sorted({m.name for m in variant.moves} & TUNING_EXCLUDED_MOVES)
     if excluded:
@@ -75,10 +79,6 @@ def _tune_numbering(
 ) -> tuple[dict[str, int], dict[str, str], list[Any], str]:
     """What `axon tune` offers: {hash: tune's variant number}, {hash: why not}, the floating-point
     rejections, and a note when the numbering cannot be computed (no sizes bound)."""
-    from axon.errors import AxonError
-    from axon.search.api import verified_variants, workload_graph
-    from axon.search.problem import LoweredProblem
-    from axon.target import load_hw
 
     try:
         graph = workload_graph(w, preset, dtype, dims)

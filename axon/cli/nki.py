@@ -7,12 +7,18 @@ output's shape and dtype (or the error, one line, exit 2). Other commands attach
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from typing import Any
 
 import click
+import numpy as np
 
+import axon.nki
 from axon.errors import NKIError
+from axon.nki.dtypes import as_dtype
+from axon.target import DEFAULT_HW
 
 _SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([A-Za-z0-9_]+)\s*\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]\s*$")
 
@@ -23,7 +29,6 @@ def parse_input_spec(text: str) -> tuple[str, tuple[int, ...], str]:
     >>> parse_input_spec("a=bfloat16[128, 512]")
     ('a', (128, 512), 'bfloat16')
     """
-    from axon.nki.memory import as_dtype
 
     m = _SPEC.match(text)
     if not m:
@@ -38,10 +43,6 @@ def parse_input_spec(text: str) -> tuple[str, tuple[int, ...], str]:
 def check_input_memory(specs: list[tuple[str, tuple[int, ...], str]], memory_bytes: int | None = None) -> None:
     """NKIError when the random inputs (and as much again for the emulator's copies) would take more
     than half of this machine's memory: refused before anything is allocated."""
-    import math
-    import os
-
-    from axon.nki.memory import as_dtype
 
     need = 2 * sum(math.prod(shape) * as_dtype(dtype).itemsize for _, shape, dtype in specs)
     total = memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -55,7 +56,6 @@ def check_input_memory(specs: list[tuple[str, tuple[int, ...], str]], memory_byt
 
 def random_array(shape: tuple[int, ...], dtype: str, rng: Any) -> Any:
     """Standard-normal inputs rounded to `dtype` (the emulator's inputs for CLI runs)."""
-    from axon.nki.memory import as_dtype
 
     return rng.standard_normal(shape).astype(as_dtype(dtype))
 
@@ -68,13 +68,10 @@ def nki() -> None:
 @nki.command("run")
 @click.argument("kernel")
 @click.option("--input", "inputs", multiple=True, help="NAME=DTYPE[D0,D1,...], in the kernel's argument order.")
-@click.option("--hw", default="trn1", show_default=True, help="Hardware file name or path.")
+@click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file name or path.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def run_cmd(kernel: str, inputs: tuple[str, ...], hw: str, seed: int) -> None:
     """Run KERNEL (FILE.py:FUNCTION) on random inputs; print output shapes and dtypes."""
-    import numpy as np
-
-    import axon.nki
 
     specs = [parse_input_spec(s) for s in inputs]
     check_input_memory(specs)

@@ -1,0 +1,137 @@
+"""The `axon` command: a thin layer over the Python API, the top layer of the package.
+
+Each command group lives in a module of this package (tune.py: tune and sweep; variants.py;
+nki.py and profile.py: the emulator and the simulator; track.py: ui and runs); the heavy
+libraries (MLflow, XGBoost, matplotlib) load on first use, not here. Any `AxonError` becomes
+one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+
+import click
+import numpy as np
+
+from axon.cli.common import dtype_option, preset_option, shape_option, spec_graph
+from axon.cli.nki import nki
+from axon.cli.profile import profile
+from axon.cli.track import runs, ui
+from axon.cli.tune import sweep, tune
+from axon.cli.variants import variants
+from axon.errors import AxonError
+from axon.ir import evaluate, flops, min_bytes, random_inputs
+from axon.search.guards import check_evaluate
+from axon.target import DEFAULT_HW, load_hw
+from axon.workloads import all_workloads
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="axon")
+def cli() -> None:
+    """Axon: a verified superoptimizer and autotuner for NKI kernels on AWS Trainium."""
+
+
+@cli.command()
+def workloads() -> None:
+    """List the built-in workloads: kind, default shape, FLOPs, minimum HBM bytes."""
+
+    rows = []
+    for w in all_workloads():
+        g = w.graph("default")
+        shape = ",".join(f"{k}={v}" for k, v in w.presets["default"].items())
+        rows.append((w.name, w.kind, shape, f"{flops(g) / 1e9:.2f}", f"{min_bytes(g) / 2**20:.1f}"))
+    header = ("workload", "kind", "default shape", "GFLOP", "min MiB")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    for r in [header] + rows:
+        click.echo("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+
+
+@cli.command()
+@click.argument("workload")
+@shape_option
+@preset_option
+@dtype_option
+def show(workload: str, shape: str | None, preset: str, dtype: str) -> None:
+    """Print the traced graph of WORKLOAD (a built-in name or path.py:function)."""
+
+    g = spec_graph(workload, shape, preset, dtype)
+    click.echo(g.format())
+    click.echo(f"# hash {g.canonical_hash()}  flops {flops(g):,}  min_bytes {min_bytes(g):,}")
+
+
+@cli.command()
+@click.argument("workload")
+@shape_option
+@click.option("--preset", default="small", show_default=True, help="Shape preset.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--force", is_flag=True, help="Evaluate even when it needs more than half of this machine's memory.")
+def check(workload: str, shape: str | None, preset: str, seed: int, force: bool) -> None:
+    """Evaluate WORKLOAD's graph on random inputs (float64) and report output statistics."""
+
+    g = spec_graph(workload, shape, preset, "float32")
+    if not force:
+        check_evaluate(g, workload)
+    outputs = evaluate(g, random_inputs(g, seed))
+    for name, value in outputs.items():
+        finite = bool(np.all(np.isfinite(value)))
+        click.echo(
+            f"{g.name}.{name}: shape {list(value.shape)}  mean {value.mean():+.6g}  std {value.std():.6g}  "
+            f"finite {'yes' if finite else 'NO'}"
+        )
+        if not finite:
+            raise click.exceptions.Exit(1)
+
+
+@cli.command("hw")
+@click.argument("name_or_path", default=DEFAULT_HW)
+def hw_command(name_or_path: str) -> None:
+    """Load and validate a hardware file (a built-in name or a YAML path) and print its numbers."""
+
+    hw = load_hw(name_or_path)
+    click.echo(f"{hw.name} (NeuronCore-v{hw.generation})  file {hw.source}  sha256 {hw.file_hash}")
+    for section in ("engines", "tensor_engine", "memory", "dma", "costs", "ports"):
+        value = getattr(hw, section)
+        items = dataclasses.asdict(value)
+        flat = ", ".join(
+            f"{k}={v}" if not isinstance(v, dict) else f"{k}=({', '.join(f'{a}={b}' for a, b in v.items())})"
+            for k, v in items.items()
+        )
+        click.echo(f"  {section}: {flat}")
+
+
+cli.add_command(tune)
+cli.add_command(sweep)
+cli.add_command(variants)
+cli.add_command(nki)
+nki.add_command(profile)
+cli.add_command(ui)
+cli.add_command(runs)
+
+
+def main(argv: list[str] | None = None) -> None:
+
+    for noisy in ("mlflow", "alembic"):  # schema-migration chatter is not for the terminal
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        cli.main(args=argv, prog_name="axon", standalone_mode=False)
+    except AxonError as exc:
+        click.echo(f"axon: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:  # a bad option or argument: one line, with the command it was for
+        command = exc.ctx.command_path if exc.ctx is not None else "axon"
+        click.echo(f"axon: error: {command}: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except click.Abort:
+        click.echo("axon: interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("axon: interrupted", err=True)
+        sys.exit(130)

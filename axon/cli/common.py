@@ -1,0 +1,31 @@
+"""What the commands share: the working-directory, shape, preset and dtype options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from axon.options import parse_shape_option
+from axon.search.api import workload_graph
+from axon.workdir import Workdir
+from axon.workloads import get
+
+workdir_option = click.option(
+    "--workdir", default=None, help="Working directory with records.db, mlflow.db (default $AXON_HOME or ./.axon)."
+)
+shape_option = click.option("--shape", default=None, help="Bind dimensions, e.g. M=4096,K=1024 (over the preset).")
+preset_option = click.option("--preset", default="default", show_default=True, help="Shape preset.")
+dtype_option = click.option(
+    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
+)
+
+
+def resolve_workdir(workdir: str | None) -> Workdir:
+    """--workdir, else $AXON_HOME, else ./.axon (created)."""
+    return Workdir.resolve(workdir)
+
+
+def spec_graph(workload: str, shape: str | None, preset: str, dtype: str) -> Any:
+    """The graph of a built-in workload or a spec file `path.py:function` at a preset and --shape."""
+    return workload_graph(get(workload), preset, dtype, parse_shape_option(shape))

@@ -1,0 +1,42 @@
+"""The heavy or optional libraries, imported on first use (the only imports inside functions).
+
+MLflow and XGBoost take about 2 s each to import, matplotlib about 0.5 s; a command that does not
+track, train or plot should not pay for them. The Neuron SDK exists only on a Trainium instance.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+
+
+def mlflow() -> ModuleType:
+    """mlflow, with its submodules entities, tracking and xgboost reachable from it."""
+    import mlflow  # lazy: a 2 s import, paid only by runs that track
+
+    # a new store's schema migration is logged at INFO by MLflow's own handler: not for the terminal
+    for noisy in ("mlflow.store.db.utils", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return mlflow
+
+
+def xgboost() -> ModuleType:
+    import xgboost  # lazy: a 2 s import, paid only when a cost model is trained, asked or logged
+
+    return xgboost
+
+
+def matplotlib() -> ModuleType:
+    """matplotlib with `figure` loaded: plots are `matplotlib.figure.Figure`s drawn off-screen (no
+    pyplot, no global backend switch)."""
+    import matplotlib.figure  # lazy: matplotlib loads only when a plot is drawn
+
+    return matplotlib
+
+
+def neuron_sdk() -> ModuleType:
+    """The Neuron SDK's `neuronxcc.nki` (ImportError off a Trainium instance)."""
+    from neuronxcc import nki  # lazy: the Neuron SDK exists only on a Trainium instance
+
+    module: ModuleType = nki
+    return module

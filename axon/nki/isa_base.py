@@ -1,0 +1,200 @@
+"""What every emulated `nki.isa` instruction shares: the engine and command enums, operand
+conversion, writing a result under the machine's rules, and PSUM accumulation groups."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from axon.nki.context import active
+from axon.nki.dtypes import as_dtype
+from axon.nki.indexing import Predicate
+from axon.nki.machine import Machine
+from axon.nki.memory import View
+from axon.target.isa import ISA, NUMPY_FP32
+
+M = NUMPY_FP32
+
+# ---- engines and enums (nki.isa.vector_engine, nki.isa.engine.vector, ...) ---------------------
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine = (
+    "tensor",
+    "vector",
+    "scalar",
+    "gpsimd",
+    None,
+)
+
+
+class engine:
+    tensor, vector, scalar, gpsimd, unknown = "tensor", "vector", "scalar", "gpsimd", None
+
+
+class reduce_cmd:
+    idle, reset, reduce, reset_reduce = "idle", "reset", "reduce", "reset_reduce"
+
+
+class matmul_perf_mode:
+    none, double_row = "none", "double_row"
+
+
+def op_name(op: Any) -> str:
+    """The ISA name of an ALU op / activation function given as nl.add, np.add, "add", ..."""
+    if op is None:
+        return ""
+    if isinstance(op, str):
+        return op
+    name = getattr(op, "isa_name", None) or getattr(op, "__name__", None)
+    if name is None:
+        raise active().fail("operator", f"{op!r} is not an NKI operator")
+    return _NUMPY_NAMES.get(name, name)
+
+
+_NUMPY_NAMES = {
+    "true_divide": "divide",
+    "max": "max",
+    "amax": "max",
+    "amin": "min",
+    "negative": "negative",
+    "absolute": "abs",
+    "sum": "add",
+}
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+
+def _val(x: Any) -> Any:
+    """fp32 NumPy values of a view (or the float of a scalar), as every engine computes in fp32."""
+    if isinstance(x, View):
+        return x.alloc.data[x.np_index()].astype(np.float32)  # type: ignore[index]
+    return np.float32(x)
+
+
+def _write(m: Machine, dst: View, value: Any, opcode: str, site: tuple[str, int]) -> None:
+    value = np.asarray(value)
+    if value.shape != dst.shape:
+        try:
+            value = (
+                np.broadcast_to(value, dst.shape)
+                if value.size != int(math.prod(dst.shape))
+                else value.reshape(dst.shape)
+            )
+        except ValueError:
+            raise m.fail(
+                "shape mismatch", f"{opcode} produces {list(value.shape)} but dst is {list(dst.shape)}", site
+            ) from None
+    dst.alloc.data[dst.np_index()] = value  # type: ignore[index]  # NumPy/ml_dtypes round to nearest even
+
+
+def _new(m: Machine, shape: tuple[int, ...], dtype: Any, kind: str = "sbuf") -> View:
+    return View.whole(m.allocate(tuple(shape), as_dtype(dtype), kind, temp=True))
+
+
+def _masked(mask: Predicate | None, *views: Any) -> list[Any]:
+    if mask is None:
+        return list(views)
+    box = mask.box()
+    return [v.restrict(box) if isinstance(v, View) else v for v in views]
+
+
+def _transposed_box(dst: View, src: View) -> View:
+    """The [b, a] corner of `dst` a masked [a, b] source lands in."""
+    want = tuple(src.shape[::-1])
+    if len(dst.shape) == 2 and dst.shape != want and all(w <= d for w, d in zip(want, dst.shape)):
+        return dst.index((slice(0, want[0]), slice(0, want[1])))
+    return dst
+
+
+def _empty(*views: Any) -> bool:
+    return any(isinstance(v, View) and 0 in v.shape for v in views)
+
+
+def _engine(opcode: str, eng: Any) -> str:
+    return ISA[opcode].engines[0] if eng is None or eng == "unknown" else str(eng)
+
+
+def _same_count(m: Machine, a: View, b: View, opcode: str, site: tuple[str, int]) -> None:
+    both_on_chip = a.alloc.kind != "hbm" and b.alloc.kind != "hbm"
+    if int(math.prod(a.shape)) != int(math.prod(b.shape)) or (both_on_chip and a.partitions != b.partitions):
+        raise m.fail("shape mismatch", f"{opcode}: {list(a.shape)} vs {list(b.shape)}", site)
+
+
+def _simple(
+    opcode: str,
+    eng: str,
+    dst: View,
+    reads: list[tuple[str, Any]],
+    compute: Callable[[], Any] | None,
+    attrs: tuple[tuple[str, Any], ...],
+    main: View,
+    site: tuple[str, int],
+    m: Machine,
+    extra_writes: Sequence[tuple[str, View]] = (),
+    read_dst: bool = False,
+    checked: bool = False,
+) -> View:
+    views = [(r, v) for r, v in reads if isinstance(v, View)]
+    for role, v in views:
+        if v is not main and v.partitions != main.partitions and v.alloc.kind != "hbm":
+            raise m.fail(
+                "partition mismatch",
+                f"{opcode}: {role} spans {v.partitions} partitions, data spans {main.partitions}",
+                site,
+            )
+    m.issue(opcode, eng, views, [("dst", dst)] + list(extra_writes), main, attrs, site, read_dst, checked)
+    if m.execute and compute is not None:
+        _write(m, dst, compute(), opcode, site)
+    # Reading PSUM (evicting it) or overwriting it with another instruction ends a matmul
+    # accumulation group there; nc_matmul opens one (see `_accumulation_groups`).
+    _set_groups(
+        m, [v for _, v in views] + ([] if opcode == "nc_matmul" else [dst] + [v for _, v in extra_writes]), False
+    )
+    if opcode == "nc_matmul":
+        _set_groups(m, [dst], True)
+    # A result the instruction allocated itself (legacy form) is returned whole, even when a
+    # mask let it write only part of it.
+    return View.whole(dst.alloc) if dst.alloc.temp else dst
+
+
+def _accumulation_groups(m: Machine) -> dict[int, Any]:
+    """PSUM locations inside an open matmul accumulation group, per allocation: a bool array in
+    execute mode, one bool (any location) in trace mode.
+
+    nc_matmul(accumulate=None) overwrites a location's first write and accumulates later ones
+    (nki.isa.nc_matmul, "Accumulation mode", Neuron 2.30), a group lasting "before the PSUM tile
+    content is evicted back to SBUF". So reading the location, or writing it with another
+    instruction, closes its group and the next matmul there overwrites again: a K loop per output
+    tile accumulates, and a PSUM tile reused for successive tiles (matmul, evict, matmul, ...)
+    starts afresh each time, as the tutorials and Axon's kernels expect.
+    """
+    groups = getattr(m, "psum_accumulation_groups", None)
+    if groups is None:
+        groups = m.psum_accumulation_groups = {}  # type: ignore[attr-defined]
+    return groups
+
+
+def _set_groups(m: Machine, views: list[Any], state: bool) -> None:
+    groups = _accumulation_groups(m)
+    for v in views:
+        if not isinstance(v, View) or v.alloc.kind != "psum":
+            continue
+        if m.execute:
+            g = groups.get(v.alloc.id)
+            if g is None:
+                if not state:
+                    continue
+                g = groups[v.alloc.id] = np.zeros(v.alloc.shape, dtype=bool)
+            g[v.np_index()] = state
+        else:
+            groups[v.alloc.id] = state
+
+
+def _open_group(m: Machine, v: View) -> Any:
+    """Per element (execute) or for the allocation (trace): is `v` inside an open accumulation group?"""
+    g = _accumulation_groups(m).get(v.alloc.id)
+    if m.execute:
+        return np.zeros(v.shape, dtype=bool) if g is None else g[v.np_index()].copy()
+    return bool(g)

@@ -1,0 +1,80 @@
+"""The operators of a view in kernel expressions (`t[...] = x`, `t += x`, `a * b`, `-t`,
+`t.broadcast_to(shape)`): a mixin of `View`. They are instructions, and the modules that define
+those (`language`, `legacy_isa`) register them in `OPERATORS` when they load, so views do not
+import the instruction modules built on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from axon.errors import NKIError
+
+OPERATORS: dict[str, Callable[..., Any]] = {}
+
+
+def _operator(name: str) -> Callable[..., Any]:
+    op = OPERATORS.get(name)
+    if op is None:  # pragma: no cover - axon.nki loads both registering modules
+        raise NKIError(f"the view operator {name!r} is not registered: import axon.nki first")
+    return op
+
+
+class ViewOperators:
+    """What a `View` does in a kernel expression (`self.index` is the View's)."""
+
+    def index(self, key: Any) -> Any:  # pragma: no cover - View defines it
+        raise NotImplementedError
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.index(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _operator("assign")(self.index(key), value)
+
+    def __iadd__(self, value: Any) -> Any:
+        return _operator("accumulate")(self, value, "add")
+
+    def __isub__(self, value: Any) -> Any:
+        return _operator("accumulate")(self, value, "subtract")
+
+    def __imul__(self, value: Any) -> Any:
+        return _operator("accumulate")(self, value, "multiply")
+
+    def _bin(self, other: Any, fn: str, reverse: bool = False) -> Any:
+        op = _operator(fn)
+        return op(other, self) if reverse else op(self, other)
+
+    def __add__(self, o: Any) -> Any:
+        return self._bin(o, "add")
+
+    def __radd__(self, o: Any) -> Any:
+        return self._bin(o, "add", True)
+
+    def __sub__(self, o: Any) -> Any:
+        return self._bin(o, "subtract")
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._bin(o, "subtract", True)
+
+    def __mul__(self, o: Any) -> Any:
+        return self._bin(o, "multiply")
+
+    def __rmul__(self, o: Any) -> Any:
+        return self._bin(o, "multiply", True)
+
+    def __truediv__(self, o: Any) -> Any:
+        return self._bin(o, "divide")
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._bin(o, "divide", True)
+
+    def __pow__(self, o: Any) -> Any:
+        return self._bin(o, "power")
+
+    def __neg__(self) -> Any:
+        return self._bin(-1.0, "multiply")
+
+    def broadcast_to(self, shape: Any) -> Any:
+        return _operator("broadcast")(self, tuple(shape))

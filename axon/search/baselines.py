@@ -1,0 +1,61 @@
+"""What a tuned kernel is compared with: the op-by-op default kernel and the hand-written expert one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from axon import __version__
+from axon.ir import Graph
+from axon.lower import expert
+from axon.measure.backend import Backend
+from axon.measure.records import Record, RecordDB, code_version
+from axon.search.problem import LoweredProblem
+from axon.target import HardwareSpec
+
+
+def baseline_latency(
+    problem: LoweredProblem, backend: Backend, db: RecordDB, point: dict[str, Any], label: str
+) -> float | None:
+    """Latency of a baseline kernel of `problem` at `point`, measured once per kernel source and
+    recorded as kind `baseline` with its `label`; None when the point cannot be lowered."""
+    if problem.validate(point) is not None:
+        return None
+    cand = problem.build(point)
+    known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash)
+    if known is None:
+        m = backend.measure(cand.source, cand.kernel, cand.inputs, problem.hw)
+        known = db.add(
+            Record(
+                workload=problem.workload,
+                label=label,
+                kind="baseline",
+                shapes=problem.shapes,
+                dtype=problem.dtype,
+                hw=problem.hw.name,
+                hw_hash=problem.hw.file_hash,
+                backend=backend.name,
+                variant_hash=cand.variant_hash,
+                point=point,
+                kernel_hash=cand.kernel_hash,
+                features=dict(cand.features),
+                latency_ns=m.latency_ns,
+                status=m.status,
+                error=m.error,
+                measurement=m.as_dict(),
+                axon_version=__version__,
+                code_version=code_version(),
+            )
+        )
+    return known.latency_ns
+
+
+def expert_latency(workload: str, graph: Graph, hw: HardwareSpec, backend: Backend) -> float | None:
+    """The hand-written expert kernel of this workload, if there is one, on the same backend.
+
+    Expert kernels are written in float32 for the workload's own input order (tests/lower checks
+    their numbers); a workload without one, or a dtype they do not take, has no expert figure.
+    """
+    if workload not in expert.KERNELS or graph.inputs[0].type.dtype != "float32":
+        return None
+    inputs = tuple((n.attr("name"), graph.concrete_shape(n.id), n.type.dtype) for n in graph.inputs)
+    return backend.measure(expert.source(workload), workload, inputs, hw).latency_ns

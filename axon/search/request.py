@@ -1,0 +1,85 @@
+"""`TuneRequest`: everything one tuning run needs, checked and loaded once at the edge.
+
+The hardware file is parsed and the working directory resolved when the request is made, so the
+rest of the run passes the `HardwareSpec` and the `Workdir` along and reads neither again.
+
+>>> import tempfile
+>>> r = TuneRequest.make("softmax", preset="small", trials=3, workdir=tempfile.mkdtemp())
+>>> r.hw.name, r.trials, r.workdir.records.name
+('trn1', 3, 'records.db')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from axon.errors import SpecError
+from axon.shipped import cost_model_ref
+from axon.target import DEFAULT_HW, HardwareSpec, load_hw
+from axon.workdir import Workdir
+
+SAMPLERS = ("costmodel", "tpe", "random")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneRequest:
+    """One `axon tune`: what to tune, on which hardware and backend, with which budget, where."""
+
+    workload: str  # a built-in name or a spec file `path.py:function` (relative to the working directory)
+    hw: HardwareSpec
+    workdir: Workdir
+    shape: Mapping[str, int] = field(default_factory=dict)
+    preset: str = "default"
+    dtype: str = "float32"
+    backend: str = "sim"
+    trials: int = 64
+    seconds: float | None = None
+    sampler: str = "costmodel"
+    cost_model: str | None = None  # a file, a shipped model's name (trn1), or models:/name@alias
+    seed: int = 0
+    storage: str | None = None  # Optuna: a journal file or a database URL (default WORKDIR/optuna.log)
+    study: str | None = None
+    out: Path | None = None  # where the best kernel goes (default WORKDIR/kernels/...)
+    track: bool = True
+    tracking_uri: str | None = None
+    parent_run: Any = None  # an MLflow parent run (sweeps)
+    patience: int | None = None
+    depth: int = 4  # variant discovery depth
+    check: bool = True  # numerics and adversarial checks of the chosen kernel
+    force: bool = False  # skip the HBM, host-memory and time guards
+
+    @classmethod
+    def make(
+        cls,
+        workload: str,
+        *,
+        hw: str | os.PathLike[str] | HardwareSpec = DEFAULT_HW,
+        workdir: str | os.PathLike[str] | Workdir | None = None,
+        out: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> TuneRequest:
+        """A checked request: the hardware file loaded, the workdir resolved (`$AXON_HOME` when not
+        given), a shipped cost model's name resolved to its file."""
+        trials = options.get("trials", 64)
+        if trials < 1:
+            raise SpecError(f"trials must be at least 1, got {trials}")
+        seconds = options.get("seconds")
+        if seconds is not None and not seconds > 0:
+            raise SpecError(f"seconds must be positive, got {seconds:g}: no trial could run")
+        if options.get("sampler", "costmodel") not in SAMPLERS:
+            raise SpecError(f"unknown sampler {options['sampler']!r}; choose {', '.join(SAMPLERS)}")
+        if "cost_model" in options:
+            options["cost_model"] = cost_model_ref(options["cost_model"])
+        spec = hw if isinstance(hw, HardwareSpec) else load_hw(hw)
+        return cls(
+            workload=workload,
+            hw=spec,
+            workdir=Workdir.resolve(workdir),
+            out=Path(out) if out else None,
+            shape=dict(options.pop("shape", None) or {}),
+            **options,
+        )

@@ -1,0 +1,246 @@
+"""`tune(request, callbacks)`: one `axon tune` end to end — checks, variants, space, search, the
+chosen kernel's numerics, baselines, tracking.
+
+It wires the packages together and owns no algorithm: search is `Tuner`, measuring is the backend,
+recording and refitting are callbacks (`axon.search.callbacks`), tracking is `axon.track`. A
+caller's callbacks (`axon.measure.events.Callback`) run after Axon's own on every trial.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from axon import __version__
+from axon.errors import AxonError
+from axon.ir import flops, min_bytes
+from axon.measure.backend import get_backend
+from axon.measure.events import Callback, TrialLog
+from axon.measure.records import RecordDB
+from axon.search.baselines import baseline_latency, expert_latency
+from axon.search.checks import adversarial_check, numerics_check
+from axon.search.guards import kernel_out_path, preflight, trace_instructions
+from axon.search.problem import LoweredProblem
+from axon.search.report import TuneReport
+from axon.search.request import TuneRequest
+from axon.search.storage import journal_storage, load_cost_model
+from axon.search.tuner import TuneConfig, Tuner
+from axon.search.variants import verified_variants
+from axon.track import Tracker
+from axon.track.artifacts import TIMELINE_MAX_INSTRUCTIONS, log_tuning_artifacts
+from axon.track.callbacks import MlflowMetrics
+
+
+class TuneInterrupted(KeyboardInterrupt):
+    """Ctrl-C during tuning; `kernel_path` is the best kernel so far, checked and written (or "")."""
+
+    def __init__(self, message: str, kernel_path: str = "") -> None:
+        super().__init__(message)
+        self.message, self.kernel_path = message, kernel_path
+
+
+class Collect(Callback):
+    """Keeps every trial of the run (the report's curve and the search trace)."""
+
+    def __init__(self) -> None:
+        self.logs: list[TrialLog] = []
+
+    def on_trial(self, trial: TrialLog) -> None:
+        self.logs.append(trial)
+
+
+def failure_summary(logs: Sequence[TrialLog], failed: int) -> str:
+    """`4 failed (3x "reason a", 1x "reason b"): first: <the first reason in full>`."""
+    reasons = [l.reason.strip() for l in logs if l.status in ("infeasible", "error")]
+    if not reasons:
+        return f"{failed} failed"
+    counts = Counter(r.splitlines()[0][:80] if r else "no reason recorded" for r in reasons)
+    common = ", ".join(f'{n}x "{r}"' for r, n in counts.most_common(3))
+    more = f", {len(counts) - 3} other reasons" if len(counts) > 3 else ""
+    return f"{failed} failed ({common}{more}): first: {reasons[0].splitlines()[0] if reasons[0] else '?'}"
+
+
+def warn(callbacks: Sequence[Callback], message: str) -> None:
+    """Tell the callbacks that take warnings; a Python warning when none does."""
+    takers = [c for c in callbacks if type(c).on_warning is not Callback.on_warning]
+    for c in takers:
+        c.on_warning(message)
+    if not takers:
+        warnings.warn(message, stacklevel=3)
+
+
+@contextmanager
+def quiet_optuna() -> Any:
+    """Optuna's per-trial INFO lines off for the run, the caller's setting restored after."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def tune(request: TuneRequest, callbacks: Sequence[Callback] = ()) -> TuneReport:
+    """Tune one workload and return the report; the best kernel is written to `request.out` (or
+    WORKDIR/kernels/).
+
+    Before any tracing, the problem is checked against the hardware file's HBM and this machine's
+    memory and time (`axon.search.guards`; `force=True` skips that). Ctrl-C after a valid
+    measurement checks and writes the best kernel so far and raises `TuneInterrupted` with its path.
+
+    A run of one trial (the report's figures depend on the machine, so only its shape is shown):
+
+    >>> import tempfile
+    >>> r = tune(TuneRequest.make("rmsnorm", preset="small", trials=1, workdir=tempfile.mkdtemp(), track=False))
+    >>> (r.workload, r.measured, r.numerics.ok)
+    ('rmsnorm', 1, True)
+    """
+    if not isinstance(request, TuneRequest):
+        raise TypeError(
+            f"tune() takes a TuneRequest (TuneRequest.make({request!r}, ...)), not {type(request).__name__}"
+        )
+    with quiet_optuna():
+        return _tune(request, list(callbacks))
+
+
+def _tune(request: TuneRequest, callbacks: list[Callback]) -> TuneReport:
+    r, workdir = request, request.workdir
+    w, graph = preflight(r)
+    kernels = workdir.kernel_cache
+    meter = get_backend(r.backend, kernels)
+    storage = journal_storage(workdir, r.storage)
+    fp_rejected: list[Any] = []
+    variants = verified_variants(graph, r.depth, rejected=fp_rejected)
+    problem = LoweredProblem(w.name, graph, r.hw, variants, r.dtype)
+    model = load_cost_model(r.cost_model, r.seed, r.tracking_uri, hw=r.hw.name, warn=lambda m: warn(callbacks, m))
+    db = RecordDB(workdir.records)
+    config = TuneConfig(
+        trials=r.trials, seconds=r.seconds, sampler=r.sampler, seed=r.seed, patience=r.patience, study_name=r.study
+    )
+    start = time.perf_counter()
+    collect = Collect()
+
+    def checked_kernel(point: dict[str, Any]) -> tuple[Any, Any, Any, Path]:
+        numerics = numerics_check(problem, point, seed=r.seed, directory=kernels) if r.check else None
+        if numerics is not None and not numerics.ok:
+            raise AxonError(
+                f"{w.name}: the best kernel does not match the reference (max rel err {numerics.max_rel_err:.2e})"
+            )
+        adversarial = adversarial_check(problem, point, kernels, seed=r.seed) if r.check else None
+        if adversarial is not None and not adversarial.ok:
+            raise AxonError(f"{w.name}: the best kernel fails the adversarial numerics check: {adversarial.failure()}")
+        cand = problem.build(point)
+        kernel_path = kernel_out_path(r.out, workdir, w.kernel_name, r.hw.name, cand.kernel_hash)
+        kernel_path.parent.mkdir(parents=True, exist_ok=True)
+        kernel_path.write_text(cand.source)
+        return cand, numerics, adversarial, kernel_path
+
+    def run_with(run: Any) -> TuneReport:
+        own: list[Callback] = [collect] + ([MlflowMetrics(run)] if run is not None else [])
+        tuner = Tuner(
+            problem, meter, db, replace(config, run_id=run.run_id if run else ""), storage, model, [*own, *callbacks]
+        )
+        try:
+            result = tuner.run()
+        except KeyboardInterrupt:
+            best = tuner.best()
+            if best is None:
+                raise TuneInterrupted(
+                    f"{w.name}: interrupted before any valid measurement; no kernel written"
+                ) from None
+            kernel_path = checked_kernel(dict(best.point))[3]
+            raise TuneInterrupted(
+                f"{w.name}: interrupted; best so far {(best.latency_ns or 0) / 1e3:,.1f} us, kernel: {kernel_path}",
+                str(kernel_path),
+            ) from None
+        if result.best is None:
+            if not result.trials:
+                raise AxonError(
+                    f"{w.name}: no trial ran (the study {result.study_name} already has --trials {r.trials} "
+                    f"trials, or --seconds ended first): raise --trials or --seconds"
+                )
+            raise AxonError(
+                f"{w.name}: no trial produced a valid measurement: {failure_summary(result.trials, result.failed)}"
+            )
+        best_point = dict(result.best.point)
+        cand, numerics, adversarial, kernel_path = checked_kernel(best_point)
+        unfused = baseline_latency(problem, meter, db, problem.unfused_point(0), "unfused")
+        expert = expert_latency(w.name, graph, r.hw, meter)
+        variant = problem.variants[int(best_point.get("variant", 0))]
+        report = TuneReport(
+            w.name,
+            dict(graph.bindings),
+            r.dtype,
+            r.hw.name,
+            meter.name,
+            r.sampler,
+            r.seed,
+            result.best.latency_ns,
+            best_point,
+            problem.describe(best_point),
+            str(kernel_path),
+            tuple(m.name for m in variant.moves),
+            unfused,
+            expert,
+            problem.roofline_ns,
+            numerics,
+            result.measured,
+            result.reused,
+            result.failed,
+            time.perf_counter() - start,
+            result.study_name,
+            run.run_id if run else "",
+            tuple(l.best_ns for l in collect.logs if l.best_ns is not None),
+            adversarial,
+            tuple(x.describe() for x in fp_rejected),
+            variant.hash,
+        )
+        if run is not None:
+            booster = model.booster if model.is_trained else None
+            log_tuning_artifacts(
+                run,
+                report,
+                source=cand.source,
+                kernel=cand.kernel,
+                inputs=cand.inputs,
+                hw=r.hw,
+                logs=collect.logs,
+                proofs=[{"move": m.name, "proof": str(p)} for m, p in zip(variant.moves, variant.proofs)],
+                importance=booster.get_score(importance_type="gain") if booster is not None else None,
+                plots=workdir.plots,
+                kernels=kernels,
+                whole_timeline=trace_instructions(graph) * 16 / 3 < TIMELINE_MAX_INSTRUCTIONS,
+            )
+        return report
+
+    if not r.track:
+        return run_with(None)
+    tracker = Tracker(r.tracking_uri or workdir.tracking_uri, None if r.tracking_uri else workdir.artifact_root)
+    params = {
+        "workload": w.name,
+        "shapes": dict(graph.bindings),
+        "dtype": r.dtype,
+        "hw": r.hw.name,
+        "hw_file_hash": r.hw.file_hash,
+        "backend": meter.name,
+        "sampler": r.sampler,
+        "trials": r.trials,
+        "seed": r.seed,
+        "axon_version": __version__,
+        "cost_model": r.cost_model or "",
+        "variants": len(variants),
+        "flops": flops(graph),
+        "min_bytes": min_bytes(graph),
+    }
+    with tracker.run(
+        f"tune {w.name}", params=params, tags={"axon.workload": w.name, "axon.hw": r.hw.name}, parent=r.parent_run
+    ) as run:
+        return run_with(run)

@@ -1,0 +1,39 @@
+"""The graphs a tuning run searches: the spec bound to its shape, and its verified variants."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from axon.errors import AxonError
+from axon.ir import Graph
+from axon.synth import discover_variants
+from axon.verify import Proof
+from axon.verify.floating import screen
+
+# Splitting a reduction into tiles is what the lowering's tile loops already do; as a graph move it
+# only adds reshapes the lowering does not take.
+TUNING_EXCLUDED_MOVES = frozenset({"split-tiles"})
+
+
+def workload_graph(workload: Any, preset: str, dtype: str, shape: Mapping[str, int] | None) -> Graph:
+    """A workload's graph at `preset` (when it has presets) with `shape` bound over it."""
+    dims = dict(shape or {})
+    if workload.presets:
+        return workload.graph(preset, dtype=dtype, **dims)
+    return workload.graph(None, dtype=dtype, **dims)
+
+
+def verified_variants(
+    graph: Graph, depth: int = 4, max_variants: int = 24, rejected: list[Any] | None = None
+) -> list[Any]:
+    """The graph's variants whose every move was proved and that pass the floating-point gate in the
+    graph's dtype (`axon.verify.floating.screen`; the original first). Rejections are appended to
+    `rejected` when given."""
+    found = discover_variants(graph, max_depth=depth, max_variants=max_variants, exclude=TUNING_EXCLUDED_MOVES)
+    kept, dropped = screen(graph, [v for v in found if all(isinstance(p, Proof) for p in v.proofs)])
+    if rejected is not None:
+        rejected.extend(dropped)
+    if not kept:
+        raise AxonError(f"{graph.name}: variant discovery returned nothing")
+    return kept

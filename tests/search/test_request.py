@@ -1,0 +1,108 @@
+"""The tune seam: one request object, callbacks after every trial, the working directory, currency."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from axon.errors import SpecError
+from axon.measure.backend import SimBackend
+from axon.measure.events import Callback
+from axon.measure.records import RecordDB, code_version
+from axon.search.api import TuneRequest, tune, verified_variants
+from axon.search.callbacks import training_records
+from axon.search.current import CurrentCode
+from axon.search.problem import LoweredProblem
+from axon.search.tuner import TuneConfig, Tuner
+from axon.target import DEFAULT_HW, load_hw
+from axon.workloads import get
+
+
+class Watch(Callback):
+    """A user's callback: sees every trial after it was recorded, and the run's start and end."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.ids: list[int | None] = []
+        self.warnings: list[str] = []
+
+    def on_start(self, context):
+        self.events.append("start")
+
+    def on_trial(self, trial):
+        self.events.append(trial.status)
+        self.ids.append(trial.record.id if trial.record is not None else None)
+
+    def on_end(self, context):
+        self.events.append("end")
+
+    def on_warning(self, message):
+        self.warnings.append(message)
+
+
+def test_a_users_callback_sees_every_trial_already_recorded(tmp_path):
+    watch = Watch()
+    report = tune(TuneRequest.make("rmsnorm", preset="small", trials=4, workdir=tmp_path, track=False), [watch])
+    assert watch.events[0] == "start" and watch.events[-1] == "end" and len(watch.events) == 6
+    measured = [i for e, i in zip(watch.events[1:-1], watch.ids) if e == "measured"]
+    assert len(measured) == report.measured and all(i is not None for i in measured)  # committed before the callback
+    db = RecordDB(tmp_path / "records.db")
+    assert {r.id for r in db.records() if r.kind == "kernel"} >= set(measured)
+
+
+def test_a_cost_model_of_other_hardware_warns_through_the_callbacks(tmp_path):
+    watch = Watch()
+    request = TuneRequest.make(
+        "rmsnorm", preset="small", trials=1, hw="trn2", cost_model="trn1", workdir=tmp_path, track=False, check=False
+    )
+    tune(request, [watch])
+    assert watch.warnings and "trained on trn1, tuning on trn2" in watch.warnings[0]
+
+
+def test_the_request_loads_the_hardware_once_and_reads_axon_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("AXON_HOME", str(tmp_path / "home"))
+    r = TuneRequest.make("softmax", trials=2)
+    assert r.workdir.root == (tmp_path / "home").resolve() and r.workdir.root.is_dir()
+    assert r.hw is load_hw(DEFAULT_HW) and r.hw.name == DEFAULT_HW
+    assert TuneRequest.make("softmax", hw=r.hw, workdir=r.workdir).hw is r.hw
+    with pytest.raises(SpecError, match="trials must be at least 1"):
+        TuneRequest.make("softmax", trials=0)
+    with pytest.raises(SpecError, match="unknown sampler"):
+        TuneRequest.make("softmax", sampler="grid")
+    with pytest.raises(TypeError):
+        tune("softmax")  # type: ignore[arg-type]  # one request object, not keywords
+
+
+def _problem(name: str = "rmsnorm") -> LoweredProblem:
+    graph = get(name).graph("small")
+    return LoweredProblem(name, graph, load_hw(DEFAULT_HW), verified_variants(graph), "float32")
+
+
+def test_currency_is_what_the_code_emits_and_training_recomputes_features(tmp_path):
+    problem = _problem()
+    db = RecordDB(tmp_path / "records.db")
+    Tuner(problem, SimBackend(), db, TuneConfig(trials=3, sampler="random", seed=0)).run()
+    mine = db.records(task=problem.task)
+    current = CurrentCode(problem)
+    assert mine and all(current(r) for r in mine)
+    # the same point as another code version emitted it: not current, never the best, never trained on
+    old = db.add(
+        dataclasses.replace(
+            mine[0], id=None, created=0.0, kernel_hash="0" * 24, latency_ns=1.0, features={"stale_feature": 1.0}
+        )
+    )
+    assert not current(old) and current.best(db.records(task=problem.task)).kernel_hash != old.kernel_hash
+    train = training_records(db, problem, "sim", current)
+    assert old.id not in {r.id for r in train} and len(train) == len(mine)
+    assert all(r.features == problem.features(r.point) for r in train)  # recomputed, not read back
+    # another task's records count only when this code version wrote them
+    other = _problem("softmax")
+    Tuner(other, SimBackend(), db, TuneConfig(trials=2, sampler="random", seed=0)).run()
+    assert {r.task for r in training_records(db, problem, "sim", current)} == {problem.task, other.task}
+    db.add(
+        dataclasses.replace(
+            db.records(task=other.task)[0], id=None, created=0.0, code_version="0.0.1", kernel_hash="1" * 24
+        )
+    )
+    assert all(r.code_version == code_version() for r in training_records(db, problem, "sim", current))

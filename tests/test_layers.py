@@ -1,0 +1,58 @@
+"""The package's layers hold (the import-linter contract in pyproject.toml), an upward import is
+caught, and the only imports inside functions are the heavy optional libraries, each saying why."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    return subprocess.run([str(LINT), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_the_layers_contract_holds_and_catches_an_upward_import(tmp_path):
+    ok = _lint(ROOT, ROOT)
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    shutil.copytree(ROOT / "axon", copy / "axon", ignore=shutil.ignore_patterns("__pycache__", "*.json", "*.yaml"))
+    stats = copy / "axon" / "ir" / "stats.py"
+    stats.write_text(stats.read_text() + "\nfrom axon.search.tuner import Tuner  # an upward import\n")
+    broken = _lint(copy, copy)
+    assert broken.returncode != 0
+    assert "axon.ir is not allowed to import axon.search" in broken.stdout
+    assert "axon.ir.stats -> axon.search.tuner" in broken.stdout
+
+
+def _imports_in_functions() -> list[tuple[str, int, str]]:
+    found = []
+    for path in sorted((ROOT / "axon").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        text = lines[node.lineno - 1] + (lines[node.lineno - 2] if node.lineno > 1 else "")
+                        found.append((str(path.relative_to(ROOT)), node.lineno, text))
+    return found
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    found = _imports_in_functions()
+    assert len(found) <= 10, "\n".join(f"{p}:{n}" for p, n, _ in found)
+    for path, line, text in found:
+        assert "# lazy:" in text, f"{path}:{line}: an import inside a function must say why (# lazy: <reason>)"
