@@ -15,7 +15,6 @@ from axon.measure.events import Callback, TrialLog
 from axon.options import parse_shape_option
 from axon.search.api import TuneInterrupted, TuneRequest
 from axon.search.api import tune as run_tune
-from axon.search.guards import preflight, preflight_sweep
 from axon.search.sweep import run_sweep
 from axon.search.sweepconfig import load_sweep
 from axon.shipped import cost_model_ref
@@ -28,13 +27,18 @@ def _warn(message: str) -> None:
 
 class Progress(Callback):
     """A tqdm bar on stderr showing the best latency so far (silent with --quiet/--json); with
-    --verbose each failed trial's reason; warnings as `axon: warning:` lines."""
+    --verbose each failed trial's reason; warnings as `axon: warning:` lines. The bar is drawn when
+    the search starts, so a refused request prints only its error."""
 
     def __init__(self, total: int, label: str, enabled: bool, verbose: bool = False) -> None:
         self.bar: Any = None
-        self.verbose = verbose
-        if enabled:
-            self.bar = tqdm(total=total, desc=label, unit="trial", file=sys.stderr, dynamic_ncols=True, leave=True)
+        self.total, self.label, self.enabled, self.verbose = total, label, enabled, verbose
+
+    def on_start(self, context: Any) -> None:
+        if self.enabled and self.bar is None:
+            self.bar = tqdm(
+                total=self.total, desc=self.label, unit="trial", file=sys.stderr, dynamic_ncols=True, leave=True
+            )
 
     def on_warning(self, message: str) -> None:
         _warn(message)
@@ -150,7 +154,6 @@ def tune(
         patience=patience,
         force=force,
     )
-    preflight(request)  # refusals come before the progress bar is drawn
     label = workload.rpartition(":")[2] if ".py:" in workload else workload
     progress = Progress(trials, label, enabled=not (quiet or as_json), verbose=verbose)
     try:
@@ -197,14 +200,14 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
 
     path = resolve_workdir(workdir)
     parsed = load_sweep(config)
-    preflight_sweep(parsed, path)  # every entry, before the heavy imports
-
     bar: dict[str, Progress | None] = {"p": None}
 
     def on_task(key: str, i: int, n: int) -> None:
         if bar["p"] is not None:
             bar["p"].close()
-        bar["p"] = Progress(trials or parsed.trials, f"[{i + 1}/{n}] {key}", enabled=not (quiet or as_json))
+        progress = Progress(trials or parsed.trials, f"[{i + 1}/{n}] {key}", enabled=not (quiet or as_json))
+        progress.on_start(None)
+        bar["p"] = progress
 
     def on_trial(log) -> None:
         if bar["p"] is not None:

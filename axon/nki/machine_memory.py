@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,10 +18,6 @@ from axon.nki.context import kernel_site
 from axon.nki.memory import View
 from axon.target.hardware import HardwareSpec
 from axon.target.trace import Alloc, Instr
-
-# Trace buffer ids of single blocks of block tensors (`Access.alloc`), apart from allocation ids.
-BLOCK_ID_BASE = 1 << 40
-_DTYPE_NAMES: dict[Any, str] = {}  # dtype -> name (np.dtype.name is slow); a cache, not state
 
 
 class MachineMemory:
@@ -39,8 +35,9 @@ class MachineMemory:
     peak_bytes: dict[str, int]
     capacity: dict[str, int]
 
-    def fail(self, rule: str, detail: str, site: tuple[str, int] | None = None) -> NKIError:  # pragma: no cover
-        raise NotImplementedError  # Machine's
+    if TYPE_CHECKING:  # Machine's, declared for the type checker only
+
+        def fail(self, rule: str, detail: str, site: tuple[str, int] | None = None) -> NKIError: ...
 
     def allocate(
         self,

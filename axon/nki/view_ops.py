@@ -7,7 +7,7 @@ import the instruction modules built on them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from axon.errors import NKIError
 
@@ -24,8 +24,9 @@ def _operator(name: str) -> Callable[..., Any]:
 class ViewOperators:
     """What a `View` does in a kernel expression (`self.index` is the View's)."""
 
-    def index(self, key: Any) -> Any:  # pragma: no cover - View defines it
-        raise NotImplementedError
+    if TYPE_CHECKING:  # View's, declared for the type checker only
+
+        def index(self, key: Any) -> Any: ...
 
     def __getitem__(self, key: Any) -> Any:
         return self.index(key)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from axon import __version__
 from axon.ir import Graph
 from axon.lower import expert
 from axon.measure.backend import Backend
-from axon.measure.records import Record, RecordDB, code_version
+from axon.measure.records import RecordDB
 from axon.search.problem import LoweredProblem
+from axon.search.tuner import new_record
 from axon.target import HardwareSpec
 
 
@@ -25,15 +25,11 @@ def baseline_latency(
     if known is None:
         m = backend.measure(cand.source, cand.kernel, cand.inputs, problem.hw)
         known = db.add(
-            Record(
-                workload=problem.workload,
-                label=label,
+            new_record(
+                problem,
+                backend.name,
                 kind="baseline",
-                shapes=problem.shapes,
-                dtype=problem.dtype,
-                hw=problem.hw.name,
-                hw_hash=problem.hw.file_hash,
-                backend=backend.name,
+                label=label,
                 variant_hash=cand.variant_hash,
                 point=point,
                 kernel_hash=cand.kernel_hash,
@@ -42,8 +38,6 @@ def baseline_latency(
                 status=m.status,
                 error=m.error,
                 measurement=m.as_dict(),
-                axon_version=__version__,
-                code_version=code_version(),
             )
         )
     return known.latency_ns

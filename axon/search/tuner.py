@@ -93,6 +93,29 @@ class TuneResult:
     sampler_settings: dict[str, Any] = field(default_factory=dict)
 
 
+def new_record(problem: Problem, backend: str, **kw: Any) -> Record:
+    """A new (unsaved) record of `problem`'s task measured on `backend`; `kw` sets the rest (the
+    kernel, its measurement, and `kind`/`label` where they differ from a tuned kernel's)."""
+    base: dict[str, Any] = dict(
+        workload=problem.workload,
+        label=problem.label,
+        shapes=dict(problem.shapes),
+        dtype=problem.dtype,
+        hw=problem.hw.name,
+        hw_hash=problem.hw.file_hash,
+        backend=backend,
+        variant_hash="",
+        point={},
+        kernel_hash="",
+        features={},
+        latency_ns=None,
+        status="ok",
+        axon_version=__version__,
+        code_version=code_version(),
+    )
+    return Record(**{**base, **kw})
+
+
 def make_sampler(
     name: str, problem: Problem, model: CostModel, seed: int, measured: Callable[[dict], bool]
 ) -> optuna.samplers.BaseSampler:
@@ -141,27 +164,7 @@ class Tuner:
 
     def _record(self, **kw: Any) -> Record:
         """A new (unsaved) record of this task."""
-        p = self.problem
-        base: dict[str, Any] = dict(
-            workload=p.workload,
-            label=p.label,
-            kind=self.config.kind,
-            shapes=dict(p.shapes),
-            dtype=p.dtype,
-            hw=p.hw.name,
-            hw_hash=p.hw.file_hash,
-            backend=self.backend.name,
-            variant_hash="",
-            point={},
-            kernel_hash="",
-            features={},
-            latency_ns=None,
-            status="ok",
-            axon_version=__version__,
-            code_version=code_version(),
-            run_id=self.config.run_id,
-        )
-        return Record(**{**base, **kw})
+        return new_record(self.problem, self.backend.name, kind=self.config.kind, run_id=self.config.run_id, **kw)
 
     def _measure(self, point: dict[str, Any]) -> tuple[Record, str]:
         """The record of `point`: reused when this kernel was measured before (a record of another

@@ -47,16 +47,6 @@ class TuneInterrupted(KeyboardInterrupt):
         self.message, self.kernel_path = message, kernel_path
 
 
-class Collect(Callback):
-    """Keeps every trial of the run (the report's curve and the search trace)."""
-
-    def __init__(self) -> None:
-        self.logs: list[TrialLog] = []
-
-    def on_trial(self, trial: TrialLog) -> None:
-        self.logs.append(trial)
-
-
 def failure_summary(logs: Sequence[TrialLog], failed: int) -> str:
     """`4 failed (3x "reason a", 1x "reason b"): first: <the first reason in full>`."""
     reasons = [l.reason.strip() for l in logs if l.status in ("infeasible", "error")]
@@ -126,7 +116,6 @@ def _tune(request: TuneRequest, callbacks: list[Callback]) -> TuneReport:
         trials=r.trials, seconds=r.seconds, sampler=r.sampler, seed=r.seed, patience=r.patience, study_name=r.study
     )
     start = time.perf_counter()
-    collect = Collect()
 
     def checked_kernel(point: dict[str, Any]) -> tuple[Any, Any, Any, Path]:
         numerics = numerics_check(problem, point, seed=r.seed, directory=kernels) if r.check else None
@@ -144,7 +133,7 @@ def _tune(request: TuneRequest, callbacks: list[Callback]) -> TuneReport:
         return cand, numerics, adversarial, kernel_path
 
     def run_with(run: Any) -> TuneReport:
-        own: list[Callback] = [collect] + ([MlflowMetrics(run)] if run is not None else [])
+        own: list[Callback] = [MlflowMetrics(run)] if run is not None else []
         tuner = Tuner(
             problem, meter, db, replace(config, run_id=run.run_id if run else ""), storage, model, [*own, *callbacks]
         )
@@ -198,7 +187,7 @@ def _tune(request: TuneRequest, callbacks: list[Callback]) -> TuneReport:
             time.perf_counter() - start,
             result.study_name,
             run.run_id if run else "",
-            tuple(l.best_ns for l in collect.logs if l.best_ns is not None),
+            tuple(l.best_ns for l in result.trials if l.best_ns is not None),
             adversarial,
             tuple(x.describe() for x in fp_rejected),
             variant.hash,
@@ -212,7 +201,7 @@ def _tune(request: TuneRequest, callbacks: list[Callback]) -> TuneReport:
                 kernel=cand.kernel,
                 inputs=cand.inputs,
                 hw=r.hw,
-                logs=collect.logs,
+                logs=result.trials,
                 proofs=[{"move": m.name, "proof": str(p)} for m, p in zip(variant.moves, variant.proofs)],
                 importance=booster.get_score(importance_type="gain") if booster is not None else None,
                 plots=workdir.plots,

@@ -11,6 +11,7 @@ decide equality itself: two normal forms that differ go to Z3 (`axon.verify.smt`
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -70,25 +71,25 @@ def idx_subst(i: Idx, var: str, repl: Dim) -> Idx:
 
 
 # atoms -----------------------------------------------------------------------------------------
-class Atom:
+class Atom(ABC):
     """A leaf of a normal form. Each kind supplies `key` (its identity), `free` (the index variables
     it depends on), `height` (reduction nesting) and `pos` (known positive)."""
 
     @property
-    def key(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def key(self) -> str: ...
 
     @property
-    def free(self) -> frozenset[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def free(self) -> frozenset[str]: ...
 
     @property
-    def height(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def height(self) -> int: ...
 
     @property
-    def pos(self) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def pos(self) -> bool: ...
 
 
 @dataclass(frozen=True, eq=False)
