@@ -23,10 +23,10 @@ lint: setup
 	$(BIN)/lint-imports
 
 test: lint
-	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist worksteal
 
 test-fast: setup
-	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 -m "not slow"
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist worksteal -m "not slow"
 
 demo: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m axon.demo

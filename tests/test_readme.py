@@ -1,9 +1,10 @@
 """The README runs as written: every command of its ```bash blocks, the spec it shows, its links.
 
 The commands are read from README.md itself, so a command added to the README is run here without
-touching this file. They run in order (later ones read what earlier ones wrote: `axon runs` lists
-the tunes) in a scratch copy of the repository whose `.venv` links to the environment under test,
-so `.axon/`, kernels and timelines land in the copy. Two lines are not run, and the skip list says
+touching this file. They run in order, in segments (one `tune` or `sweep` each with the commands
+after it: `axon runs` lists the sweep's runs), each segment in a scratch copy of the repository
+whose `.venv` links to the environment under test, so `.axon/`, kernels and timelines land in the
+copy. Two lines are not run, and the skip list says
 why; the test fails if the README's `make` lines and the skip list ever disagree.
 """
 
@@ -62,6 +63,22 @@ def argv_of(command: str) -> list[str]:
 
 def tour_commands() -> list[str]:
     return [c for c in readme_commands() if tuple(argv_of(c)) not in NOT_RUN]
+
+
+def _heavy(command: str) -> bool:
+    return argv_of(command)[1:2] in (["tune"], ["sweep"])
+
+
+def tour_segments() -> list[list[str]]:
+    """The tour cut before every `tune` or `sweep` but the first: each segment is one heavy command
+    with the cheap ones after it (`axon runs` and `axon ui` follow the sweep, and read what it
+    wrote), so the segments run side by side on the test workers instead of as one long test."""
+    segments: list[list[str]] = [[]]
+    for command in tour_commands():
+        if _heavy(command) and any(_heavy(c) for c in segments[-1]):
+            segments.append([])
+        segments[-1].append(command)
+    return segments
 
 
 def allowed_exit_codes(argv: list[str]) -> set[int]:
@@ -304,13 +321,26 @@ def _serve_then_stop(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[i
     return code, errors.read(), note
 
 
+def test_tour_segments_are_the_tour_in_order():
+    segments = tour_segments()
+    assert [c for seg in segments for c in seg] == tour_commands()
+    assert all(sum(_heavy(c) for c in seg) <= 1 for seg in segments)
+    assert len(segments) >= 4
+
+
 @pytest.mark.slow
-def test_tour_runs_as_written(tmp_path):
+@pytest.mark.parametrize(
+    "segment",
+    range(len(tour_segments())),
+    ids=lambda i: " ".join(argv_of(next(c for c in tour_segments()[i] if _heavy(c)))[1:3]),
+)
+def test_tour_runs_as_written(tmp_path, segment):
     repo = _scratch_repo(tmp_path)
+    commands = tour_segments()[segment]
     env = {k: v for k, v in os.environ.items() if k not in ("AXON_HOME", "MLFLOW_TRACKING_URI")}
     env["OMP_NUM_THREADS"] = "1"  # the Makefile's setting for tests; the machine has 2 cores
     failures, timings = [], []
-    for command in tour_commands():
+    for command in commands:
         argv = argv_of(command)
         start = time.perf_counter()
         problem = ""
@@ -335,7 +365,7 @@ def test_tour_runs_as_written(tmp_path):
                 failures.append(f"no {timeline.relative_to(repo)}: {command}")
     print("\n".join(timings))
     assert not failures, "README commands that fail as written:\n" + "\n".join(failures)
-    if any(argv_of(c)[1] == "tune" for c in tour_commands()):
+    if any(argv_of(c)[1] == "tune" for c in commands):
         assert list((repo / ".axon" / "kernels").glob("*.py")), "the tunes wrote no kernel under .axon/kernels/"
 
 

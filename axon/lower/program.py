@@ -38,6 +38,12 @@ class Affine:
         o = Affine.of(other)
         if not (self.plain and o.plain):
             raise ValueError("cannot add to a floor-divided index")
+        # terms are kept sorted with no zero coefficient, so a constant on either side merges
+        # without re-sorting (lowering adds constants to indices hundreds of thousands of times a tune)
+        if not o.terms:
+            return self if not o.const else Affine(self.terms, self.const + o.const)
+        if not self.terms:
+            return Affine(o.terms, self.const + o.const)
         merged: dict[str, int] = dict(self.terms)
         for v, c in o.terms:
             merged[v] = merged.get(v, 0) + c
@@ -93,6 +99,8 @@ class Expr:
 
     def __add__(self, other: ExprLike) -> Expr:
         o = Expr.of(other)
+        if len(self.parts) == 1 and len(o.parts) == 1 and self.parts[0].plain and o.parts[0].plain:
+            return Expr((self.parts[0] + o.parts[0],))  # the common case, as the general one below
         plain = [a for a in self.parts + o.parts if a.plain]
         rest = [a for a in self.parts + o.parts if not a.plain]
         total = Affine()

@@ -169,14 +169,29 @@ def _spread(variants: tuple[Variant, ...], k: int) -> tuple[Variant, ...]:
     return variants[:1] + tuple(variants[round((i + 1) * (n - 1) / (k + 1))] for i in range(k))
 
 
+def _one_per_move_set(variants: tuple[Variant, ...]) -> tuple[Variant, ...]:
+    """The first variant of each distinct set of moves (the variant as written among them): the
+    others apply the same rewrites at other places of the graph and lower through the same paths.
+    qknorm_attention: 61 of 200; every variant is checked by experiments/variant_numerics.py."""
+    seen: set[frozenset[str]] = set()
+    out = []
+    for v in variants:
+        key = frozenset(m.name for m in v.moves)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return tuple(out)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", names())
-def test_default_point_of_every_variant_matches_reference(name, dtype):
-    """float32: every variant. bfloat16 (the same moves, so the same lowering paths): the variant as
-    written and BF16_SAMPLE others spread over those within BF16_DEPTH moves (a shallower discovery:
-    the full one is what float32 pays for)."""
+def test_default_point_of_each_kind_of_variant_matches_reference(name, dtype):
+    """float32: one variant per set of moves. bfloat16 (the same moves, so the same lowering paths):
+    the variant as written and BF16_SAMPLE others spread over those within BF16_DEPTH moves (a
+    shallower discovery: the full one is what float32 pays for)."""
     if dtype == "float32":
-        variants = _variants(name, dtype)
+        variants = _one_per_move_set(_variants(name, dtype))
     else:
         variants = _spread(_variants(name, dtype, BF16_DEPTH), BF16_SAMPLE)
     assert variants

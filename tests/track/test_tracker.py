@@ -129,9 +129,10 @@ print(Tracker.for_workdir(sys.argv[1]).experiment_id)
 @pytest.mark.slow
 def test_two_processes_opening_a_fresh_store_at_once_both_succeed(tmp_path):
     """Before the store lock, one of two always failed here ("table experiments already exists",
-    "duplicate column name: step"): both ran MLflow's schema migrations on the same new file."""
+    "duplicate column name: step"): both ran MLflow's schema migrations on the same new file. One
+    round is enough to catch that (each round is two MLflow imports)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for round_ in range(3):
+    for round_ in range(1):
         workdir, go = tmp_path / f"w{round_}", tmp_path / f"go{round_}"
         ready = [tmp_path / f"ready{round_}.{i}" for i in range(2)]
         procs = [
