@@ -28,6 +28,11 @@ The model, and why:
   `hw.memory.loop_tile_buffers` rotating buffers, so iteration i waits for iteration
   i - buffers to release its buffer (WAR on the shared slot). Iterations of a sequential loop are
   separated by a barrier: nothing of iteration i+1 starts before all of iteration i has ended.
+- The compiler's side (`residency.py`): loads of bytes still resident in SBUF are dropped, and the
+  spills and reloads of tiles that outgrow SBUF are booked in the DMA pool (a reload is issued
+  when the engine's previous instruction starts, a spill when the evicting instruction is ready).
+  An instruction the kernel left unbound (`AUTO_ENGINE`) runs on VectorE or ScalarE, whichever
+  would finish it first.
 - A fixed `launch_overhead_ns` is added to the latency (kernel launch and teardown).
 It deliberately ignores instruction fetch, SBUF bank conflicts and HBM page effects.
 """

@@ -120,12 +120,13 @@ def tensor_scalar(ins: Instr, hw: HardwareSpec) -> float:
 
 
 def tensor_tensor(ins: Instr, hw: HardwareSpec) -> float:
-    """max(MIN_II, N) if an input is in PSUM or both are bf16 SBUF add/sub/mul; else max(MIN_II, 2N)."""
+    """max(MIN_II, N) if an input is in PSUM or both are bf16 SBUF add/sub/mul; else max(MIN_II, 2N)
+    (the 2 is `tensor_tensor_factor`)."""
     fast_op = _op(ins) in ("add", "subtract", "sub", "multiply", "mul")
     contiguous = all(a.stride_bytes <= 2 for a in ins.reads)
     if _reads_psum(ins) or (ins.dtype in ("bfloat16", "bf16") and fast_op and contiguous):
         return max(_min_ii(hw), _n(ins))
-    return max(_min_ii(hw), 2 * _n(ins))
+    return max(_min_ii(hw), hw.costs.tensor_tensor_factor * _n(ins))
 
 
 def scalar_tensor_tensor(ins: Instr, hw: HardwareSpec) -> float:
@@ -239,11 +240,12 @@ CYCLES.update({name: _dma_engine_ns for name in DMA_OPCODES})
 
 def engine_cycles(ins: Instr, hw: HardwareSpec) -> float:
     """Cycles of a compute instruction; an opcode without a formula streams at max(MIN_II, N).
-    ScalarE streams fp32 at `scalar_fp32_factor` cycles per element."""
+    On ScalarE an fp32 instruction costs `scalar_fp32_factor` times its formula (the measured trn1
+    kernels: experiments/calibration.py)."""
     fn = CYCLES.get(ins.opcode)
     cycles = _streaming(ins, hw) * _stride_factor(ins, hw) if fn is None else fn(ins, hw)
     if ins.engine == "scalar" and ins.dtype in _FP32:
-        return max(_min_ii(hw), cycles * hw.costs.scalar_fp32_factor)
+        return cycles * hw.costs.scalar_fp32_factor
     return cycles
 
 

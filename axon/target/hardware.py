@@ -108,6 +108,7 @@ class Costs:
     dependent_scalar_ns: float
     reciprocal_vector_factor: float
     scalar_fp32_factor: float  # ScalarE cycles per fp32 element (1 per bf16/fp16 element)
+    tensor_tensor_factor: float  # VectorE cycles per element of a tensor_tensor off the fast path
     bn_aggr_factor: float
     gpsimd_rsqrt_factor: float
 
