@@ -207,35 +207,51 @@ def replay(trace: Trace, hw: HardwareSpec) -> Residency:
                 last_read[a.alloc] = ins.index
             elif a.buffer == "hbm":
                 last_load[(a.alloc, a.byte_lo, a.byte_hi, a.nbytes)] = ins.index
+    dying: dict[int, list[int]] = {}  # instruction -> the tiles it reads last
+    for alloc, i in last_read.items():
+        dying.setdefault(i, []).append(alloc)
     out = Residency()
     sb = _SBUF(hw.memory.sbuf_bytes_per_partition * hw.memory.compiler_sbuf_fraction, out)
+    units, by_source = sb.units, sb.by_source
     hbm_version: dict[int, int] = {}
+    # One loop over locals on purpose (it runs once per instruction): the common cases - a read of
+    # a resident tile, a new tile - are inline; the rest is `_SBUF`'s.
     for ins in trace.instructions:
         i = ins.index
         source, hbm_read = None, 0
         for a in ins.reads:
-            if a.buffer == "sbuf":
-                sb.read(i, a)
-            elif a.buffer == "hbm":
+            buffer = a.buffer
+            if buffer == "sbuf":
+                u = units.get((a.alloc, a.byte_lo, a.byte_hi))
+                if u is not None and u.resident:
+                    priority = sb.clock + (_CLEAN if u.in_hbm else _DIRTY)
+                    if priority != u.priority:
+                        sb.touch(u)
+                else:
+                    sb.read(i, a)
+            elif buffer == "hbm":
                 source = (a.alloc, a.byte_lo, a.byte_hi, a.nbytes, hbm_version.get(a.alloc, 0))
                 hbm_read += a.nbytes
+        elided = False
         for a in ins.writes:
             if a.buffer == "hbm":
                 hbm_version[a.alloc] = hbm_version.get(a.alloc, 0) + 1
                 out.write_bytes += a.nbytes
             elif a.buffer == "sbuf":
                 key = (a.alloc, a.byte_lo, a.byte_hi)
-                hit = sb.by_source.get(source) if source is not None else None
+                hit = by_source.get(source) if source is not None else None
                 if hit is not None and hit.resident:  # the same bytes are in SBUF: no load
                     out.elided.add(i)
+                    elided = True
                     sb.alias(key, hit)
                 else:
                     sb.new(key, a, source)
-        if hbm_read and i not in out.elided:
+        if hbm_read and not elided:
             out.read_bytes += hbm_read
-        for a in ins.reads:
-            if a.buffer == "sbuf" and last_read.get(a.alloc) == i:
-                sb.free(i, a.alloc, last_load)
+        dead = dying.get(i)
+        if dead is not None:
+            for alloc in dead:
+                sb.free(i, alloc, last_load)
         if sb.used > sb.capacity:
             sb.evict(i)
     return out
