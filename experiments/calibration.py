@@ -10,7 +10,8 @@ then simulated under varied constants:
 2. the timing constants of FITTED are fitted by coordinate search in log space on the squared log
    latency ratios of every point plus the squared engine active-fraction errors of the measured
    kernels (`FRACTION_WEIGHT`);
-3. leave-one-kernel-out: each measured kernel is left out of step 2 and predicted by the refit.
+3. leave-one-kernel-out: each measured kernel is left out of step 2 and predicted by the refit (a
+   search at one step size from the full fit's constants, to bound the run time).
 Writes experiments/results/calibration.md and calibration.png. Last line:
 `within_band=N total=M median_abs_log_ratio=X loo_median_abs_log_ratio=Y loo_max_abs_log_ratio=Z
 hbm_bytes_max_rel_err=W order_ok=0|1`.
@@ -379,7 +380,9 @@ def report(points, sims, fitted, start, frac, loo, secs) -> None:
         "",
         "## Latency",
         "",
-        "LOO: the kernel left out of the fit and predicted by the refit constants (measured kernels only).",
+        "LOO: the kernel left out of the fit and predicted by the refit constants (measured kernels only). Each",
+        "refit is a coordinate search at one step size (x1.19) started from the full fit's constants, to bound",
+        "the run time: it can move every constant, but it starts where a fit that saw the kernel ended.",
         "",
         "| point | hw | measured | simulated | ratio | LOO ratio | notes |",
         "|---|---|---|---|---|---|---|",

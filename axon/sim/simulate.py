@@ -99,12 +99,10 @@ def simulate(trace: Trace, hw: HardwareSpec, residency: Residency | None = None)
 
     def transfer(ready: float, nbytes: int, parts: int) -> float:
         """Book a compiler-added transfer (spill or reload) in the DMA pool; return its end."""
-        nonlocal dma_bytes
         cost = C.spill_cost(nbytes, parts, hw)
         share = cost.engine_ns * cost.engines / n_dma
         s = dma_pool.place(ready, share)
         busy["dma"] += cost.engine_ns * cost.engines
-        dma_bytes += nbytes
         return max(s + share, ready + cost.engine_ns, ready + cost.fixed_ns)
 
     # One loop over locals on purpose: it runs once per instruction (100k in ~1 s), and CPython is
@@ -160,6 +158,7 @@ def simulate(trace: Trace, hw: HardwareSpec, residency: Residency | None = None)
         if dma and i in elided:  # the bytes are already in SBUF: the compiler issues no load
             start = end = result_ready = ready
             lanes[i] = "dma0"
+            dma_bytes += C.dma_cost(ins, hw).nbytes  # the kernel's own DMA bytes (HBM traffic: `res`)
         elif dma:
             cost = C.dma_cost(ins, hw)
             # The 16 engines as one pool: the transfer takes its share (engines/16) of the pool's

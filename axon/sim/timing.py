@@ -34,8 +34,8 @@ class Timing:
     busy_ns: Mapping[str, float]
     utilization: Mapping[str, float]
     instructions: Mapping[str, int]
-    dma_bytes: int
-    hbm_bytes: int
+    dma_bytes: int  # what the kernel's DMA instructions move (the trace's own, extrapolates linearly)
+    hbm_bytes: int  # HBM traffic after the compiler's residency: hbm_read_bytes + hbm_write_bytes
     dma_gbps: float  # achieved: dma_bytes / latency
     matmul_flops: float
     tensor_flop_utilization: float  # matmul FLOPs / (peak bf16 FLOP/s x latency)
