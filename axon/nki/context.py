@@ -21,6 +21,11 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _ACTIVE: contextvars.ContextVar[Machine | None] = contextvars.ContextVar("axon_nki_machine", default=None)
 
 
+class AutoEngine(str):
+    """An engine the emulator chose because the kernel did not (`Machine.issue` records the choice
+    as `axon.target.trace.AUTO_ENGINE`, so the timing simulator may balance it like the compiler)."""
+
+
 class nc_version:
     """`nki.isa.nc_version`: the NeuronCore generation (gen2 trn1/inf2, gen3 trn2, gen4 trn3)."""
 

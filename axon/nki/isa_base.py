@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from axon.nki.context import active
+from axon.nki.context import AutoEngine, active
 from axon.nki.dtypes import as_dtype
 from axon.nki.indexing import Predicate
 from axon.nki.machine import Machine
@@ -113,7 +113,10 @@ def _empty(*views: Any) -> bool:
 
 
 def _engine(opcode: str, eng: Any) -> str:
-    return ISA[opcode].engines[0] if eng is None or eng == "unknown" else str(eng)
+    if eng is None or eng == "unknown":
+        allowed = ISA[opcode].engines
+        return AutoEngine(allowed[0]) if len(allowed) > 1 else allowed[0]
+    return str(eng)
 
 
 def _same_count(m: Machine, a: View, b: View, opcode: str, site: tuple[str, int]) -> None:

@@ -17,12 +17,12 @@ import numpy as np
 
 from axon.errors import NKIError
 from axon.nki.allocation import Allocation
-from axon.nki.context import _ACTIVE, kernel_site
+from axon.nki.context import _ACTIVE, AutoEngine, kernel_site
 from axon.nki.machine_memory import MachineMemory
 from axon.nki.memory import View
 from axon.target.hardware import HardwareSpec
 from axon.target.isa import ISA, ISA_LIMITS
-from axon.target.trace import Access, Alloc, Instr, Loop, Trace
+from axon.target.trace import AUTO_ENGINE, Access, Alloc, Instr, Loop, Trace
 
 # Trace buffer ids of single blocks of block tensors (`Access.alloc`), apart from allocation ids.
 BLOCK_ID_BASE = 1 << 40
@@ -253,6 +253,8 @@ class Machine(MachineMemory):
             raise self.fail(
                 "engine", f"{opcode} cannot run on the {engine} engine (allowed: {', '.join(row.engines)})", site
             )
+        if isinstance(engine, AutoEngine):
+            engine, attrs = str(engine), attrs + (AUTO_ENGINE,)
         if not checked:  # the caller has already checked operands it had to check early
             for role, v in reads:
                 self.check_operand(opcode, role, v, engine, site)

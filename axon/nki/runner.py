@@ -23,8 +23,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from axon.errors import AxonError, NKIError
+from axon.nki import legacy_isa
 from axon.nki.context import maybe_active
 from axon.nki.dtypes import as_dtype
+from axon.nki.lang_tensors import sequential_range
 from axon.nki.machine import Machine
 from axon.nki.memory import View
 from axon.nki.shim import install_import_shim
@@ -166,6 +168,23 @@ def _resolve(kernel: Any) -> tuple[Callable[..., Any], tuple[int, ...]]:
     return kernel, ()
 
 
+def _legacy_loops(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A `neuronxcc.nki` kernel with its Python `range` loops as `sequential_range`: that compiler
+    replaced every `range(...)` in a kernel so (NKI docs, `nki.language.sequential_range`), which
+    keeps the iterations from overlapping; the current NKI unrolls them, so its kernels stay as they are."""
+    code, env = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is None or env is None or "range" not in code.co_names:
+        return fn
+    if not any(
+        v is legacy_isa or (isinstance(v, types.ModuleType) and v.__name__.startswith("neuronxcc"))
+        for v in env.values()
+    ):
+        return fn
+    legacy = types.FunctionType(code, {**env, "range": sequential_range}, fn.__name__, fn.__defaults__, fn.__closure__)
+    legacy.__kwdefaults__ = fn.__kwdefaults__
+    return legacy
+
+
 def _hw(hw: str | HardwareSpec) -> HardwareSpec:
     return hw if isinstance(hw, HardwareSpec) else load_hw(hw)
 
@@ -201,6 +220,7 @@ def _execute(
     loop_limit: Any = None,
 ) -> tuple[Machine, Any]:
     fn, grid = _resolve(kernel)
+    fn = _legacy_loops(fn)
     code = getattr(fn, "__code__", None)
     file = code.co_filename if code is not None else "<kernel>"
     machine = Machine(_hw(hw), execute, getattr(fn, "__name__", "kernel"), file)

@@ -28,23 +28,32 @@ The model, and why:
   `hw.memory.loop_tile_buffers` rotating buffers, so iteration i waits for iteration
   i - buffers to release its buffer (WAR on the shared slot). Iterations of a sequential loop are
   separated by a barrier: nothing of iteration i+1 starts before all of iteration i has ended.
+- The compiler's side (`residency.py`): loads of bytes still resident in SBUF are dropped, and the
+  spills and reloads of tiles that outgrow SBUF are booked in the DMA pool (a reload is issued
+  when the engine's previous instruction starts, a spill when the evicting instruction is ready).
+  An instruction the kernel left unbound (`AUTO_ENGINE`) runs on VectorE or ScalarE, whichever
+  would finish it first.
 - A fixed `launch_overhead_ns` is added to the latency (kernel launch and teardown).
 It deliberately ignores instruction fetch, SBUF bank conflicts and HBM page effects.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from axon.errors import BackendError
 from axon.sim.dmaqueue import EngineCalendar
 from axon.sim.memory import RAW, WAW, MemoryState, buffer_slots
+from axon.sim.residency import Residency, replay
 from axon.sim.timing import COMPUTE_ENGINES, Timeline, Timing, critical_path
 from axon.target import costs as C
 from axon.target.hardware import HardwareSpec
-from axon.target.trace import Instr, Trace
+from axon.target.isa import ISA
+from axon.target.trace import AUTO_ENGINE, Instr, Trace
 
 
-def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
-    """Time `trace` on the NeuronCore `hw`.
+def simulate(trace: Trace, hw: HardwareSpec, residency: Residency | None = None) -> Timing:
+    """Time `trace` on the NeuronCore `hw` (`residency`: `replay(trace, hw)`, if the caller has it).
 
     >>> from axon.target.trace import Access, Alloc, Instr, Trace
     >>> from axon.target import load_hw
@@ -82,14 +91,27 @@ def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
     ends = [0.0] * n
     lanes = [""] * n
     pred = [-1] * n
-    dma_bytes = hbm_bytes = 0
+    dma_bytes = 0
     flops = 0.0
+    res = residency if residency is not None else replay(trace, hw)
+    elided, before, spills = res.elided, res.before, res.spills
+    spill_end: dict[int, float] = {}  # unit id -> when its spilled copy is in HBM
+
+    def transfer(ready: float, nbytes: int, parts: int) -> float:
+        """Book a compiler-added transfer (spill or reload) in the DMA pool; return its end."""
+        cost = C.spill_cost(nbytes, parts, hw)
+        share = cost.engine_ns * cost.engines / n_dma
+        s = dma_pool.place(ready, share)
+        busy["dma"] += cost.engine_ns * cost.engines
+        return max(s + share, ready + cost.engine_ns, ready + cost.fixed_ns)
 
     # One loop over locals on purpose: it runs once per instruction (100k in ~1 s), and CPython is
     # fastest on local variables; each step is commented instead of split into methods.
     for i, ins in enumerate(trace.instructions):
         dma = C.is_dma(ins)
         eng = "dma" if dma else ins.engine
+        if AUTO_ENGINE in ins.attrs:  # the compiler's choice: the engine that would finish it first
+            ins, eng = _balance(ins, hw, eng_free, clocks)
         if not dma and eng not in eng_free:
             raise BackendError(
                 f"trace {trace.kernel}: instruction {i} ({ins.opcode}, line {ins.line}) "
@@ -123,7 +145,21 @@ def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
                 st[0], st[2], st[4] = it, st[1], st[3]
             if st[2] > ready:
                 ready, who = st[2], st[4]
-        if dma:
+        if i in before:  # tiles the compiler evicted: reloaded, prefetched behind the engine's last start
+            last = eng_last.get(eng, -1)
+            early = starts[last] if last >= 0 else 0.0
+            for uid, nbytes, parts, _ in before[i]:
+                t = transfer(max(early, spill_end.get(uid, 0.0)), nbytes, parts)
+                if t > ready:
+                    ready, who = t, i - 1
+        if i in spills:  # tiles written to HBM to make room, once this instruction may run
+            for uid, nbytes, parts, _ in spills[i]:
+                spill_end[uid] = transfer(ready, nbytes, parts)
+        if dma and i in elided:  # the bytes are already in SBUF: the compiler issues no load
+            start = end = result_ready = ready
+            lanes[i] = "dma0"
+            dma_bytes += C.dma_cost(ins, hw).nbytes  # the kernel's own DMA bytes (HBM traffic: `res`)
+        elif dma:
             cost = C.dma_cost(ins, hw)
             # The 16 engines as one pool: the transfer takes its share (engines/16) of the pool's
             # time in the first gap after it is ready, and lasts at least one engine's part.
@@ -138,7 +174,6 @@ def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
             lane = counts["dma"] % n_dma  # display lane only
             busy["dma"] += cost.engine_ns * cost.engines
             dma_bytes += cost.nbytes
-            hbm_bytes += cost.hbm_bytes
             lanes[i] = f"dma{lane}"
             result_ready = end
         else:  # a compute engine: in order, after its previous instruction and any port holder
@@ -173,7 +208,34 @@ def simulate(trace: Trace, hw: HardwareSpec) -> Timing:
         mem.record(ins.reads, ins.writes, end, result_ready, eng, i)
 
     timeline = Timeline.from_lists(trace, starts, ends, lanes)
-    return Timing.build(trace, hw, timeline, busy, counts, dma_bytes, hbm_bytes, flops, critical_path(ends, pred))
+    return Timing.build(
+        trace,
+        hw,
+        timeline,
+        busy,
+        counts,
+        dma_bytes,
+        (res.read_bytes, res.write_bytes),
+        flops,
+        critical_path(ends, pred),
+    )
+
+
+# Engines the Neuron compiler balances an unbound instruction over (it leaves GpSimd alone: the
+# measured kernels keep it ~1% busy).
+_BALANCED = ("vector", "scalar")
+
+
+def _balance(ins: Instr, hw: HardwareSpec, eng_free: dict[str, float], clocks: dict[str, float]) -> tuple[Instr, str]:
+    best, best_end = ins, -1.0
+    for e in _BALANCED:
+        if e not in ISA[ins.opcode].engines:
+            continue
+        cand = ins if e == ins.engine else replace(ins, engine=e)
+        end = eng_free[e] + C.engine_cycles(cand, hw) / clocks[e]
+        if best_end < 0 or end < best_end:
+            best, best_end = cand, end
+    return best, best.engine
 
 
 def _in_pipelined_loop(loops: tuple, pipelined: set[int]) -> bool:

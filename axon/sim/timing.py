@@ -34,14 +34,16 @@ class Timing:
     busy_ns: Mapping[str, float]
     utilization: Mapping[str, float]
     instructions: Mapping[str, int]
-    dma_bytes: int
-    hbm_bytes: int
+    dma_bytes: int  # what the kernel's DMA instructions move (the trace's own, extrapolates linearly)
+    hbm_bytes: int  # HBM traffic after the compiler's residency: hbm_read_bytes + hbm_write_bytes
     dma_gbps: float  # achieved: dma_bytes / latency
     matmul_flops: float
     tensor_flop_utilization: float  # matmul FLOPs / (peak bf16 FLOP/s x latency)
     critical_path: tuple[int, ...]
     critical_ns: Mapping[str, float]
     timeline: Timeline = field(repr=False, compare=False)
+    hbm_read_bytes: int = 0  # HBM traffic after the compiler's residency (see `residency.py`)
+    hbm_write_bytes: int = 0
 
     @classmethod
     def build(
@@ -52,7 +54,7 @@ class Timing:
         busy: dict[str, float],
         counts: dict[str, int],
         dma_bytes: int,
-        hbm_bytes: int,
+        hbm_rw: tuple[int, int],
         flops: float,
         path: tuple[int, ...],
     ) -> Timing:
@@ -79,13 +81,15 @@ class Timing:
             util,
             dict(counts),
             dma_bytes,
-            hbm_bytes,
+            hbm_rw[0] + hbm_rw[1],
             dma_bytes / latency if latency else 0.0,
             flops,
             flops / (hw.peak_matmul_flops_per_s * latency * 1e-9) if latency else 0.0,
             path,
             crit,
             timeline,
+            hbm_rw[0],
+            hbm_rw[1],
         )
 
     def summary(self) -> str:

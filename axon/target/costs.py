@@ -120,12 +120,13 @@ def tensor_scalar(ins: Instr, hw: HardwareSpec) -> float:
 
 
 def tensor_tensor(ins: Instr, hw: HardwareSpec) -> float:
-    """max(MIN_II, N) if an input is in PSUM or both are bf16 SBUF add/sub/mul; else max(MIN_II, 2N)."""
+    """max(MIN_II, N) if an input is in PSUM or both are bf16 SBUF add/sub/mul; else max(MIN_II, 2N)
+    (the 2 is `tensor_tensor_factor`)."""
     fast_op = _op(ins) in ("add", "subtract", "sub", "multiply", "mul")
     contiguous = all(a.stride_bytes <= 2 for a in ins.reads)
     if _reads_psum(ins) or (ins.dtype in ("bfloat16", "bf16") and fast_op and contiguous):
         return max(_min_ii(hw), _n(ins))
-    return max(_min_ii(hw), 2 * _n(ins))
+    return max(_min_ii(hw), hw.costs.tensor_tensor_factor * _n(ins))
 
 
 def scalar_tensor_tensor(ins: Instr, hw: HardwareSpec) -> float:
@@ -238,11 +239,14 @@ CYCLES.update({name: _dma_engine_ns for name in DMA_OPCODES})
 
 
 def engine_cycles(ins: Instr, hw: HardwareSpec) -> float:
-    """Cycles of a compute instruction; an opcode without a formula streams at max(MIN_II, N)."""
+    """Cycles of a compute instruction; an opcode without a formula streams at max(MIN_II, N).
+    On ScalarE an fp32 instruction costs `scalar_fp32_factor` times its formula (the measured trn1
+    kernels: experiments/calibration.py)."""
     fn = CYCLES.get(ins.opcode)
-    if fn is None:
-        return _streaming(ins, hw) * _stride_factor(ins, hw)
-    return fn(ins, hw)
+    cycles = _streaming(ins, hw) * _stride_factor(ins, hw) if fn is None else fn(ins, hw)
+    if ins.engine == "scalar" and ins.dtype in _FP32:
+        return cycles * hw.costs.scalar_fp32_factor
+    return cycles
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +312,16 @@ def dma_cost(ins: Instr, hw: HardwareSpec) -> DMACost:
     per_engine_chunks = chunks / engines
     engine_ns = per_engine_chunks * d.chunk_overhead_ns + per_engine_bytes / bandwidth
     return DMACost(engines, per_engine_bytes, per_engine_chunks, engine_ns, d.fixed_cost_ns, int(nbytes), hbm_bytes)
+
+
+def spill_cost(nbytes: int, partitions: int, hw: HardwareSpec) -> DMACost:
+    """A transfer the compiler adds between SBUF and HBM (a spill or a reload): one descriptor per
+    partition row, split over the engines like a kernel's own load of the same tile."""
+    d = hw.dma
+    engines = max(1, min(d.engines, -(-partitions // d.partitions_per_engine)))
+    bandwidth = min(d.bytes_per_ns_per_engine, hw.hbm_bytes_per_ns / d.engines)
+    engine_ns = partitions / engines * d.chunk_overhead_ns + nbytes / engines / bandwidth
+    return DMACost(engines, nbytes / engines, partitions / engines, engine_ns, d.fixed_cost_ns, nbytes, nbytes)
 
 
 def is_dma(ins: Instr) -> bool:

@@ -74,6 +74,7 @@ class Memory:
     stride_penalty_bytes: int
     stride_penalty_factor: float
     loop_tile_buffers: int  # rotating buffers of a tile allocated in a loop body (timing model)
+    compiler_sbuf_fraction: float  # share of SBUF the compiler's allocation keeps tiles in (residency model)
 
     @property
     def psum_bank_bytes(self) -> int:
@@ -106,6 +107,8 @@ class Costs:
     gpsimd_op_base_cycles: int
     dependent_scalar_ns: float
     reciprocal_vector_factor: float
+    scalar_fp32_factor: float  # ScalarE cycles per fp32 element (1 per bf16/fp16 element)
+    tensor_tensor_factor: float  # VectorE cycles per element of a tensor_tensor off the fast path
     bn_aggr_factor: float
     gpsimd_rsqrt_factor: float
 

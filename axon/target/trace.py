@@ -15,6 +15,9 @@ from typing import Any
 
 BUFFERS = ("hbm", "sbuf", "psum")
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+# The attr of an instruction whose kernel left the engine to the compiler (`engine=unknown_engine`,
+# or an `nl.*` call): `Instr.engine` is the ISA default, and the simulator may place it elsewhere.
+AUTO_ENGINE = ("auto_engine", True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,11 +52,15 @@ def test_vector_and_scalar_formulas(hw):
     assert CYCLES["tensor_tensor"](_ins("tensor_tensor", n=512, reads=psum_in, op="add"), hw) == 512
     bf = (_acc(stride=2), _acc(stride=2))
     assert CYCLES["tensor_tensor"](_ins("tensor_tensor", n=512, dtype="bfloat16", reads=bf, op="add"), hw) == 512
-    assert CYCLES["tensor_tensor"](_ins("tensor_tensor", n=512, dtype="bfloat16", reads=bf, op="divide"), hw) == 1024
-    assert CYCLES["tensor_tensor"](_ins("tensor_tensor", n=512, op="add"), hw) == 1024  # fp32 in SBUF
+    assert (
+        CYCLES["tensor_tensor"](_ins("tensor_tensor", n=512, dtype="bfloat16", reads=bf, op="divide"), hw)
+        == 512 * hw.costs.tensor_tensor_factor
+    )
+    fp32 = _ins("tensor_tensor", n=512, op="add")  # fp32 in SBUF: off the fast path
+    assert CYCLES["tensor_tensor"](fp32, hw) == 512 * hw.costs.tensor_tensor_factor
     assert CYCLES["tensor_reduce"](_ins("tensor_reduce", n=512, dtype="bfloat16", op="add"), hw) == 256
     assert CYCLES["tensor_tensor_scan"](_ins("tensor_tensor_scan", n=512), hw) == 1024
-    assert CYCLES["reciprocal"](_ins("reciprocal", n=512), hw) == 8 * 512
+    assert CYCLES["reciprocal"](_ins("reciprocal", n=512), hw) == hw.costs.reciprocal_vector_factor * 512
     assert CYCLES["reciprocal"](_ins("reciprocal", "scalar", n=512), hw) == 512
     assert CYCLES["bn_aggr"](_ins("bn_aggr", n=96), hw) == pytest.approx(4.333 * 96)
     assert CYCLES["memset"](_ins("memset", n=512, dtype="bfloat16", value=0.0), hw) == 256

@@ -1,0 +1,107 @@
+"""What the simulator assumes of the Neuron compiler: SBUF residency (hoisted loads, spills), the
+engine it picks for an unbound instruction, and legacy `range` loops as sequential loops."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import axon.nki
+from axon.sim import simulate
+from axon.sim.residency import replay
+from axon.sim.synthetic import TraceBuilder
+from axon.target import load_hw
+from axon.target.trace import AUTO_ENGINE
+
+
+@pytest.fixture(scope="module")
+def trn1():
+    return load_hw("trn1")
+
+
+def _with(hw, section, **changes):
+    return dataclasses.replace(hw, **{section: dataclasses.replace(getattr(hw, section), **changes)})
+
+
+def test_a_load_of_resident_bytes_is_not_issued_again(trn1):
+    b = TraceBuilder()
+    x = b.hbm("x", 128 * 2048 * 4)
+    out = b.hbm("out", 128 * 2048 * 4)
+    for k in range(4):  # a loop-invariant load, repeated as a kernel's inner loop would
+        t = b.sbuf(f"t{k}", 128, 2048)
+        b.dma(dst=b.whole(t), src=b.whole(x))
+        r = b.sbuf(f"r{k}", 128, 2048)
+        b.op("tensor_copy", "vector", reads=[b.whole(t)], writes=[b.whole(r)], free_size=2048)
+        b.dma(dst=b.whole(out), src=b.whole(r))
+    trace = b.build()
+    res = replay(trace, trn1)
+    assert len(res.elided) == 3 and res.read_bytes == x.bytes_per_partition
+    timing = simulate(trace, trn1)
+    assert timing.hbm_read_bytes == x.bytes_per_partition and timing.hbm_write_bytes == 4 * out.bytes_per_partition
+
+
+def _many_live_tiles(n: int):
+    """n computed [128, 4096] fp32 tiles (16 KiB a partition each), all read after all are written."""
+    b = TraceBuilder()
+    out = b.hbm("out", 128 * 4096 * 4)
+    tiles = [b.sbuf(f"t{k}", 128, 4096) for k in range(n)]
+    for t in tiles:
+        b.op("memset", "vector", writes=[b.whole(t)], free_size=4096)
+    for t in tiles:
+        b.dma(dst=b.whole(out), src=b.whole(t))
+    return b.build()
+
+
+def test_tiles_that_outgrow_sbuf_are_spilled_and_reloaded(trn1):
+    trace = _many_live_tiles(16)  # 256 KiB a partition: more than SBUF holds
+    res = replay(trace, trn1)
+    stores = 16 * 128 * 4096 * 4
+    assert res.write_bytes > stores and res.read_bytes == res.write_bytes - stores
+    assert res.spills and res.before
+    roomy = _with(trn1, "memory", sbuf_bytes_per_partition=1 << 20)
+    assert replay(trace, roomy).write_bytes == stores
+    assert simulate(trace, trn1).latency_ns > simulate(trace, roomy).latency_ns
+
+
+def _copies(auto: bool):
+    b = TraceBuilder()
+    src = b.sbuf("src", 128, 2048)
+    b.op("memset", "vector", writes=[b.whole(src)], free_size=2048)
+    for k in range(6):
+        dst = b.sbuf(f"d{k}", 128, 2048)
+        attrs = dict([AUTO_ENGINE]) if auto else {}
+        b.op("tensor_copy", "vector", reads=[b.whole(src)], writes=[b.whole(dst)], free_size=2048, **attrs)
+    return b.build()
+
+
+def test_an_unbound_instruction_goes_to_the_engine_that_finishes_it_first(trn1):
+    bound, free = simulate(_copies(False), trn1), simulate(_copies(True), trn1)
+    assert set(bound.timeline.lane) == {"vector"}
+    assert {"vector", "scalar"} <= set(free.timeline.lane)
+    assert free.latency_ns < bound.latency_ns
+
+
+def _range_kernel(module: str) -> str:
+    return "\n".join(
+        [
+            f"import {module}.language as nl",
+            f"import {module}.isa as nisa",
+            "",
+            "def k(a):",
+            "    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)",
+            "    for i in range(2):",
+            "        t = nl.load(a[i * 128 : (i + 1) * 128, :])",
+            "        nl.store(out[i * 128 : (i + 1) * 128, :], value=t)",
+            "    return out",
+            "",
+        ]
+    )
+
+
+def test_a_legacy_kernels_python_range_is_a_sequential_loop():
+    """neuronxcc replaced `range` in a kernel by `sequential_range`; the current NKI unrolls it."""
+    legacy = axon.nki.trace(axon.nki.load_source(_range_kernel("neuronxcc.nki")), ((256, 64), "float32"))
+    current = axon.nki.trace(axon.nki.load_source(_range_kernel("nki")), ((256, 64), "float32"))
+    assert [lp.kind for lp in legacy.loops] == ["sequential"]
+    assert current.loops == ()
