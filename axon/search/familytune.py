@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from axon.errors import AxonError, SpecError
+from axon.errors import AxonError
 from axon.measure.backend import get_backend
 from axon.measure.records import RecordDB
 from axon.search.family import Family, FamilyBuilder, FamilyConfig, FamilyProblems, grid
@@ -57,10 +57,7 @@ def tune_family(
     `shape` binds the fixed dimensions; `trials` is each anchor shape's budget)."""
     config = config or FamilyConfig(anchor_trials=request.trials, seed=request.seed, sampler=request.sampler)
     largest = {**request.shape, **{k: max(v) for k, v in ranges.items()}}
-    w, graph = preflight(replace(request, shape=largest))
-    unknown = sorted(set(ranges) - set(graph.bindings))
-    if unknown:
-        raise SpecError(f"--shape: {w.name} has no dimension {', '.join(unknown)} (it has {', '.join(graph.bindings)})")
+    w, graph = preflight(replace(request, shape=largest))  # unknown dimensions, HBM, memory, time
     shapes = [{**{k: v for k, v in graph.bindings.items() if k not in ranges}, **s} for s in grid(ranges)]
     with quiet_optuna():
         problems = FamilyProblems(w.name, graph, request.hw, verified_variants(graph, request.depth), request.dtype)
