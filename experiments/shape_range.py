@@ -182,6 +182,8 @@ def summarize(records: dict[str, dict], per: dict[str, list[dict]]) -> tuple[str
         per_meas += round(sum(runs) + (HELD_OUT - len(runs)) * statistics.mean(runs))
         kept_total += len(rec["schedules"])
     fraction = fam_meas / max(per_meas, 1)
+    if not ratios_all:
+        ratios_all = [float("nan")]
     last = (
         f"family_median_ratio={statistics.median(ratios_all):.3f} family_max_ratio={max(ratios_all):.3f} "
         f"measurement_fraction={fraction:.3f} schedules_kept={kept_total}"
