@@ -147,10 +147,6 @@ def summarize(records: dict[str, dict], per: dict[str, list[dict]]) -> tuple[str
     for name, rec in records.items():
         rows = {json.dumps(p["dims"], sort_keys=True): p for p in per[name]}
         lines += ["", f"## {name} ({rec['measurements']} family measurements, {len(rec['schedules'])} schedules)", ""]
-        lines += [
-            "| shape | schedule | family (us) | predicted (us) | per-shape best (us) | ratio |",
-            "|---|---|---|---|---|---|",
-        ]
         done = [e for e in rec["evaluation"] if json.dumps(e["dims"], sort_keys=True) in rows]
         if len(done) < len(rec["evaluation"]):
             lines += [
@@ -158,6 +154,10 @@ def summarize(records: dict[str, dict], per: dict[str, list[dict]]) -> tuple[str
                 " the rest are still to run (the experiment resumes from experiments/results/work/).",
                 "",
             ]
+        lines += [
+            "| shape | schedule | family (us) | predicted (us) | per-shape best (us) | ratio |",
+            "|---|---|---|---|---|---|",
+        ]
         for e in done:
             p = rows[json.dumps(e["dims"], sort_keys=True)]
             ratio = e["family_ns"] / p["best_ns"]

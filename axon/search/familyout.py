@@ -206,20 +206,25 @@ def latency_plot(family: Family, path: Path, per_shape: dict[str, float] | None 
     fig = matplotlib().figure.Figure(figsize=(7, 4))
     ax = fig.subplots()
     rows = sorted(family.rows, key=lambda r: size(r.dims))
-    xs = [size(r.dims) for r in rows]
+    varying = sorted(k for k in rows[0].dims if len({r.dims[k] for r in rows}) > 1) or sorted(rows[0].dims)
+
+    def x(dims: dict[str, int]) -> float:
+        return size({k: dims[k] for k in varying if k in dims})
+
+    xs = [x(r.dims) for r in rows]
     ax.plot(xs, [r.latency_ns / 1e3 for r in rows], "-", color="C0", label="family (predicted)")
-    meas = [(size(r.dims), r.latency_ns / 1e3) for r in rows if r.measured]
+    meas = [(x(r.dims), r.latency_ns / 1e3) for r in rows if r.measured]
     if meas:
         ax.scatter(*zip(*meas), color="C0", zorder=3, label="family (measured)")
-    tuned = [(size(r.dims), r.tuned_best_ns / 1e3) for r in rows if r.tuned_best_ns]
+    tuned = [(x(r.dims), r.tuned_best_ns / 1e3) for r in rows if r.tuned_best_ns]
     if per_shape:
-        tuned += [(size(json.loads(k)), v / 1e3) for k, v in per_shape.items()]
+        tuned += [(x(json.loads(k)), v / 1e3) for k, v in per_shape.items()]
     if tuned:
         ax.scatter(*zip(*tuned), marker="x", color="C3", zorder=4, label="per-shape optimum (measured)")
     ax.plot(xs, [r.roofline_ns / 1e3 for r in rows], "--", color="gray", label="roofline")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"problem size ({' x '.join(sorted(rows[0].dims))})")
+    ax.set_xlabel(" x ".join(varying))
     ax.set_ylabel("latency (us)")
     ax.set_title(f"{family.workload}: {len(family.schedules)} schedules over {span([r.dims for r in rows])}")
     ax.legend(fontsize=8)
