@@ -20,3 +20,55 @@ def parse_shape_option(text: str | None) -> dict[str, int]:
             raise SpecError(f"malformed --shape {text!r}: expected NAME=POSITIVE_INT[,NAME=...], e.g. M=4096,K=1024")
         out[name.strip()] = int(value)
     return out
+
+
+def parse_shape_range(text: str | None, max_shapes: int = 256) -> dict[str, tuple[int, ...]]:
+    """`M=512..2048:512,K=1024` -> {"M": (512, 1024, 1536, 2048), "K": (1024,)}; a list `M=512,1024`
+    gives those values. A range without `:step` steps by 128 (a partition's rows).
+
+    >>> parse_shape_range("M=512..1024:256,K=64")
+    {'M': (512, 768, 1024), 'K': (64,)}
+    >>> parse_shape_range("S=512,1024,4096")
+    {'S': (512, 1024, 4096)}
+    """
+    if not text:
+        return {}
+    hint = "expected NAME=LO..HI[:STEP] or NAME=V1,V2,... (positive integers), e.g. M=512..8192:512"
+    out: dict[str, list[int]] = {}
+    name = ""
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if sep:
+            name = key.strip()
+            if not name.isidentifier() or name in out:
+                raise SpecError(f"malformed --shape {text!r}: bad or repeated name {name!r}; {hint}")
+            out[name] = []
+        elif not name:
+            raise SpecError(f"malformed --shape {text!r}: {hint}")
+        else:
+            value = key
+        out[name].extend(_values(text, value.strip(), hint))
+    for name, values in out.items():
+        if not values:
+            raise SpecError(f"--shape {text!r}: the range of {name} is empty")
+    total = 1
+    for values in out.values():
+        total *= len(set(values))
+    if total > max_shapes:
+        raise SpecError(f"--shape {text!r} spans {total} shapes; at most {max_shapes} (raise the step)")
+    return {k: tuple(sorted(set(v))) for k, v in out.items()}
+
+
+def _values(text: str, value: str, hint: str) -> list[int]:
+    lo, dots, rest = value.partition("..")
+    if not dots:
+        if not value.isdigit() or int(value) < 1:
+            raise SpecError(f"malformed --shape {text!r}: {value!r} is not a positive integer; {hint}")
+        return [int(value)]
+    hi, colon, step = rest.partition(":")
+    step = step if colon else "128"
+    if not (lo.isdigit() and hi.isdigit() and step.isdigit()) or min(int(lo), int(step)) < 1:
+        raise SpecError(f"malformed --shape {text!r}: range {value!r}; {hint}")
+    if int(hi) < int(lo):
+        raise SpecError(f"--shape {text!r}: the range {value!r} is empty (its end is below its start)")
+    return list(range(int(lo), int(hi) + 1, int(step)))

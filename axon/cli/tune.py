@@ -12,9 +12,10 @@ from tqdm import tqdm
 
 from axon.cli.common import resolve_workdir, workdir_option
 from axon.measure.events import Callback, TrialLog
-from axon.options import parse_shape_option
+from axon.options import parse_shape_option, parse_shape_range
 from axon.search.api import TuneInterrupted, TuneRequest
 from axon.search.api import tune as run_tune
+from axon.search.familytune import tune_family
 from axon.search.sweep import run_sweep
 from axon.search.sweepconfig import load_sweep
 from axon.shipped import cost_model_ref
@@ -63,9 +64,19 @@ class Progress(Callback):
             self.bar.close()
 
 
+def _has_list(shape: str) -> bool:
+    """`M=512,1024`: an item without `=` continues the previous dimension's list."""
+    return any("=" not in item for item in shape.split(","))
+
+
 @click.command()
 @click.argument("workload")
-@click.option("--shape", default=None, help="Bind dimensions over the preset, e.g. M=4096,K=1024.")
+@click.option(
+    "--shape",
+    default=None,
+    help="Bind dimensions over the preset, e.g. M=4096,K=1024; a range M=512..8192[:STEP] or a list "
+    "M=512,1024 tunes a kernel family for those shapes.",
+)
 @click.option("--preset", default="default", show_default=True)
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file: trn1, trn2 or a YAML path.")
@@ -133,9 +144,12 @@ def tune(
     # started in the background by a non-interactive shell, SIGINT arrives ignored: Ctrl-C (or
     # kill -INT) must still stop the run and write the best kernel so far
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    ranges = parse_shape_range(shape) if shape and (".." in shape or _has_list(shape)) else {}
+    fixed = {k: v[0] for k, v in ranges.items() if len(v) == 1}
+    ranges = {k: v for k, v in ranges.items() if len(v) > 1}
     request = TuneRequest.make(
         workload,
-        shape=parse_shape_option(shape),
+        shape=fixed if ranges else parse_shape_option(shape),
         preset=preset,
         dtype=dtype,
         hw=hw,
@@ -154,6 +168,10 @@ def tune(
         patience=patience,
         force=force,
     )
+    if ranges:
+        family = tune_family(request, ranges)
+        click.echo(json.dumps(family.as_dict(), default=str) if as_json else family.summary())
+        return
     label = workload.rpartition(":")[2] if ".py:" in workload else workload
     progress = Progress(trials, label, enabled=not (quiet or as_json), verbose=verbose)
     try:

@@ -12,6 +12,7 @@ every trial. The pieces live in their own modules: `tuning` (the run), `report`,
 from axon.measure.events import Callback, OnTrial, TrialLog
 from axon.search.baselines import baseline_latency, expert_latency
 from axon.search.checks import AdversarialReport, NumericsCheck, adversarial_check, numerics_check
+from axon.search.familyout import load_family
 from axon.search.report import TuneReport
 from axon.search.request import TuneRequest
 from axon.search.storage import journal_storage, load_cost_model
@@ -33,6 +34,7 @@ __all__ = [
     "expert_latency",
     "failure_summary",
     "journal_storage",
+    "load_family",
     "load_cost_model",
     "numerics_check",
     "tune",

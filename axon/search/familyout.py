@@ -1,0 +1,272 @@
+"""What a kernel family leaves behind: one kernel file per served shape, the dispatching module,
+the numerics checks at each group's boundary shapes, and the MLflow run with its latency plot.
+
+Kernels: NKI sizes are compile-time constants, so the family emits one kernel per served shape,
+each generated from its group's schedule (not a shape-parametric kernel). Partial tiles (a size
+that is not a multiple of the tile) are handled by the lowering itself: the last tile is peeled at
+its true size (bounded slices; no padding, no masks), so a kernel reads and writes exactly its shape.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from axon.errors import AxonError
+from axon.lazy import matplotlib
+from axon.search.checks import adversarial_check, numerics_check
+from axon.search.family import Family, FamilyProblems, size, span
+from axon.track import Tracker
+
+
+@dataclass(frozen=True)
+class BoundaryCheck:
+    schedule: int
+    dims: dict[str, int]  # the served shape
+    checked_dims: dict[str, int]  # the shape the emulator ran (reduced above the checks' size limits)
+    max_rel_err: float
+    tolerance: float
+    adversarial_ok: bool
+    adversarial: str
+
+    @property
+    def ok(self) -> bool:
+        return self.max_rel_err <= self.tolerance and self.adversarial_ok
+
+
+def boundary_checks(family: Family, problems: FamilyProblems, kernel_dir: str | Path) -> list[BoundaryCheck]:
+    """Each schedule executed in the emulator against the float64 reference, random and adversarial
+    inputs, at the smallest and largest shape it serves."""
+    out = []
+    for i, point in enumerate(family.schedules):
+        shapes = sorted(family.shapes_of(i), key=size)
+        for dims in {json.dumps(d): d for d in (shapes[0], shapes[-1])}.values():
+            problem = problems(dims)
+            num = numerics_check(problem, point, directory=kernel_dir)
+            adv = adversarial_check(problem, point, kernel_dir)
+            out.append(
+                BoundaryCheck(i, dims, num.dims, num.max_rel_err, num.tolerance, adv.ok, adv.failure() or adv.summary())
+            )
+    return out
+
+
+def _tag(dims: dict[str, int]) -> str:
+    return "_".join(f"{k}{v}" for k, v in dims.items())
+
+
+def write_module(
+    family: Family, problems: FamilyProblems, out: Path, checks: list[BoundaryCheck], hw: str, run_id: str = ""
+) -> Path:
+    """Write OUT/<workload>_family.py and OUT/kernels/; return the module's path."""
+    kernels = out / "kernels"
+    kernels.mkdir(parents=True, exist_ok=True)
+    graph = problems.graph
+    inputs = [tuple(str(d.name) if hasattr(d, "name") else str(d) for d in n.type.shape) for n in graph.inputs]
+    table = {}
+    kernel_name = ""
+    for row in family.rows:
+        cand = problems(row.dims).build(family.schedules[row.schedule])
+        kernel_name = cand.kernel
+        path = kernels / f"{cand.kernel}_{_tag(row.dims)}.py"
+        path.write_text(cand.source)
+        key = tuple(row.dims[k] for k in sorted(row.dims))
+        table[key] = (f"kernels/{path.name}", cand.kernel, row.schedule)
+    measured = [r for r in family.rows if r.measured]
+    lines = [
+        f"Kernel family: {family.workload} over {span([r.dims for r in family.rows])} on {hw} "
+        f"({problems.dtype}), {len(family.rows)} shapes, {len(family.schedules)} schedules.",
+        "",
+        "One NKI kernel per served shape (NKI sizes are compile-time constants), each generated from",
+        "its group's schedule; not a shape-parametric kernel. Partial tiles: the lowering peels the",
+        "last tile at its true size (bounded slices), no padding and no masks. A shape outside the",
+        "table raises KeyError (no kernel was generated or checked for it).",
+        "",
+        f"Measured ({family.measurements} measurements on the simulator) at {len(measured)} shapes: "
+        + ", ".join(_tag(r.dims) for r in measured)
+        + ". Every other shape's schedule and latency are predicted (schedule: the cost model; latency: "
+        "the schedule's measured fraction of the roofline, interpolated in log size).",
+        "",
+    ]
+    for i, point in enumerate(family.schedules):
+        lines.append(f"schedule {i}: {span(family.shapes_of(i))}: {json.dumps(point, sort_keys=True)}")
+    lines.append("")
+    lines.append("Numerics at each schedule's boundary shapes (emulator vs float64 reference):")
+    for c in checks:
+        lines.append(
+            f"  schedule {c.schedule} at {_tag(c.dims)} (run at {_tag(c.checked_dims)}): max rel err "
+            f"{c.max_rel_err:.1e} (tol {c.tolerance:.0e}); adversarial {'ok' if c.adversarial_ok else 'FAILED'}"
+        )
+    if run_id:
+        lines.append(f"MLflow run: {run_id}")
+    rows = [
+        {
+            "dims": r.dims,
+            "schedule": r.schedule,
+            "latency_ns": r.latency_ns,
+            "measured": r.measured,
+            "roofline_ns": r.roofline_ns,
+        }
+        for r in family.rows
+    ]
+    body = _MODULE.format(
+        doc="\n".join(lines).replace('"""', "'''"),
+        dims=tuple(sorted(family.rows[0].dims)),
+        inputs=inputs,
+        table=table,
+        rows=rows,
+        kernel=kernel_name,
+    )
+    module = out / f"{family.workload}_family.py"
+    module.write_text(body)
+    return module
+
+
+_MODULE = '''"""{doc}
+"""
+
+import importlib.util
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DIMS = {dims!r}  # the dimensions the family varies, in the order of KERNELS' keys
+INPUT_DIMS = {inputs!r}  # each input's dimensions, by position
+KERNELS = {table!r}  # shape -> (kernel file, function, schedule)
+ROWS = {rows!r}
+
+
+def shape_of(*arrays):
+    """The family's dimensions bound by the arrays' shapes."""
+    dims = {{}}
+    for names, array in zip(INPUT_DIMS, arrays):
+        for name, n in zip(names, array.shape):
+            dims.setdefault(name, n)
+    return tuple(dims[d] for d in DIMS)
+
+
+def kernel_file(*arrays):
+    """(path, function name, schedule) of the kernel for these arrays' shape; KeyError outside the family."""
+    key = shape_of(*arrays)
+    if key not in KERNELS:
+        raise KeyError(f"{kernel}: no kernel in this family for {{dict(zip(DIMS, key))}}")
+    path, name, schedule = KERNELS[key]
+    return HERE / path, name, schedule
+
+
+def kernel_for(*arrays):
+    """The NKI kernel (its @nki.jit function) for these arrays' shape."""
+    path, name, _ = kernel_file(*arrays)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def __call__(*arrays):
+    return kernel_for(*arrays)(*arrays)
+
+
+{kernel} = __call__
+
+
+def emulate(*arrays, hw="trn1"):
+    """Run the dispatched kernel in Axon's NKI emulator."""
+    from axon import nki
+
+    path, name, _ = kernel_file(*arrays)
+    return nki.run(nki.load_kernel(f"{{path}}:{{name}}"), *arrays, hw=hw)
+'''
+
+
+def load_family(path: str | Path) -> ModuleType:
+    """Import a family module written by `axon tune --shape NAME=LO..HI` (its path or its directory)."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.glob("*_family.py"))
+        if not found:
+            raise AxonError(f"{path}: no *_family.py module in this directory")
+        path = found[0]
+    if not path.is_file():
+        raise AxonError(f"{path}: no such family module")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise AxonError(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def latency_plot(family: Family, path: Path, per_shape: dict[str, float] | None = None) -> Path:
+    """Latency over the range: the family (measured and predicted), the per-shape optimum where one
+    was measured, the roofline."""
+    fig = matplotlib().figure.Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    rows = sorted(family.rows, key=lambda r: size(r.dims))
+    varying = sorted(k for k in rows[0].dims if len({r.dims[k] for r in rows}) > 1) or sorted(rows[0].dims)
+
+    def x(dims: dict[str, int]) -> float:
+        return size({k: dims[k] for k in varying if k in dims})
+
+    xs = [x(r.dims) for r in rows]
+    ax.plot(xs, [r.latency_ns / 1e3 for r in rows], "-", color="C0", label="family (predicted)")
+    meas = [(x(r.dims), r.latency_ns / 1e3) for r in rows if r.measured]
+    if meas:
+        ax.scatter(*zip(*meas), color="C0", zorder=3, label="family (measured)")
+    tuned = [(x(r.dims), r.tuned_best_ns / 1e3) for r in rows if r.tuned_best_ns]
+    if per_shape:
+        tuned += [(x(json.loads(k)), v / 1e3) for k, v in per_shape.items()]
+    if tuned:
+        ax.scatter(*zip(*tuned), marker="x", color="C3", zorder=4, label="per-shape optimum (measured)")
+    ax.plot(xs, [r.roofline_ns / 1e3 for r in rows], "--", color="gray", label="roofline")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(" x ".join(varying))
+    ax.set_ylabel("latency (us)")
+    ax.set_title(f"{family.workload}: {len(family.schedules)} schedules over {span([r.dims for r in rows])}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def family_record(family: Family, checks: list[BoundaryCheck]) -> dict[str, Any]:
+    return {
+        "workload": family.workload,
+        "schedules": family.schedules,
+        "measurements": family.measurements,
+        "measured_shapes": family.measured_shapes,
+        "rows": [
+            {
+                "dims": r.dims,
+                "schedule": r.schedule,
+                "latency_ns": None if math.isnan(r.latency_ns) else r.latency_ns,
+                "measured": r.measured,
+                "tuned_best_ns": r.tuned_best_ns,
+                "roofline_ns": r.roofline_ns,
+            }
+            for r in family.rows
+        ],
+        "checks": [c.__dict__ for c in checks],
+    }
+
+
+def log_family(tracker: Tracker, family: Family, checks: list[BoundaryCheck], plot: Path, params: dict) -> str:
+    """The family as an MLflow run: its record (shapes, schedules, predicted and measured latencies)
+    and the latency plot; returns the run id."""
+    with tracker.run(f"family {family.workload}", params=params, tags={"axon.kind": "family"}) as run:
+        run.log_metrics(
+            {
+                "schedules": len(family.schedules),
+                "shapes": len(family.rows),
+                "measurements": family.measurements,
+                "measured_shapes": len(family.measured_shapes),
+                "numerics_ok": float(all(c.ok for c in checks)),
+            }
+        )
+        run.log_dict(family_record(family, checks), "family/family.json")
+        run.log_artifact(plot, "family")
+        return run.run_id

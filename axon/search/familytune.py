@@ -1,0 +1,87 @@
+"""`tune_family(request, ranges)`: `axon tune W --shape M=512..8192` end to end — checks at the
+range's largest shape, the family (`axon.search.family`), the numerics at each schedule's boundary
+shapes, the dispatching module and the MLflow run (`axon.search.familyout`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from axon.errors import AxonError
+from axon.measure.backend import get_backend
+from axon.measure.records import RecordDB
+from axon.search.family import Family, FamilyBuilder, FamilyConfig, FamilyProblems, grid
+from axon.search.familyout import BoundaryCheck, boundary_checks, family_record, latency_plot, log_family, write_module
+from axon.search.guards import preflight
+from axon.search.request import TuneRequest
+from axon.search.tuning import quiet_optuna
+from axon.search.variants import verified_variants
+from axon.track import Tracker
+
+
+@dataclass(frozen=True)
+class FamilyReport:
+    family: Family
+    checks: tuple[BoundaryCheck, ...]
+    module: Path
+    plot: Path
+    run_id: str
+
+    def as_dict(self) -> dict:
+        return {
+            **family_record(self.family, list(self.checks)),
+            "module": str(self.module),
+            "plot": str(self.plot),
+            "run_id": self.run_id,
+        }
+
+    def summary(self) -> str:
+        bad = [c for c in self.checks if not c.ok]
+        lines = [
+            self.family.summary(),
+            f"numerics at the boundaries: {len(self.checks) - len(bad)}/{len(self.checks)} ok",
+            f"module: {self.module}",
+            f"plot: {self.plot}",
+        ]
+        if self.run_id:
+            lines.append(f"MLflow run: {self.run_id}")
+        return "\n".join(lines)
+
+
+def tune_family(
+    request: TuneRequest, ranges: Mapping[str, Sequence[int]], config: FamilyConfig | None = None
+) -> FamilyReport:
+    """Build, check and write the kernel family of `request.workload` over `ranges` (the request's
+    `shape` binds the fixed dimensions; `trials` is each anchor shape's budget)."""
+    config = config or FamilyConfig(anchor_trials=request.trials, seed=request.seed, sampler=request.sampler)
+    largest = {**request.shape, **{k: max(v) for k, v in ranges.items()}}
+    w, graph = preflight(replace(request, shape=largest))  # unknown dimensions, HBM, memory, time
+    shapes = [{**{k: v for k, v in graph.bindings.items() if k not in ranges}, **s} for s in grid(ranges)]
+    with quiet_optuna():
+        problems = FamilyProblems(w.name, graph, request.hw, verified_variants(graph, request.depth), request.dtype)
+        meter = get_backend(request.backend, request.workdir.kernel_cache)
+        family = FamilyBuilder(problems, shapes, meter, RecordDB(request.workdir.records), config).build()
+    family.ranges = {k: tuple(v) for k, v in ranges.items()}
+    checks = boundary_checks(family, problems, request.workdir.kernel_cache) if request.check else []
+    failed = [c for c in checks if not c.ok]
+    out = request.out or request.workdir.root / "families" / f"{w.name}_{request.hw.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    plot = latency_plot(family, out / f"{w.name}_family.png")
+    run_id = ""
+    if request.track:
+        tracker = Tracker(
+            request.tracking_uri or request.workdir.tracking_uri,
+            None if request.tracking_uri else request.workdir.artifact_root,
+        )
+        params = {"workload": w.name, "ranges": dict(family.ranges), "hw": request.hw.name, "dtype": request.dtype}
+        run_id = log_family(tracker, family, checks, plot, params)
+    module = write_module(family, problems, out, checks, request.hw.name, run_id)
+    if failed:
+        c = failed[0]
+        raise AxonError(
+            f"{w.name}: schedule {c.schedule} fails the numerics check at {c.dims} "
+            f"(max rel err {c.max_rel_err:.2e}, adversarial: {c.adversarial}); module written to {module}"
+        )
+    return FamilyReport(family, tuple(checks), module, plot, run_id)

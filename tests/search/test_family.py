@@ -1,0 +1,110 @@
+"""Kernel families over a shape range: range parsing, the family's choices, its module, its refusals."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+import numpy as np
+import pytest
+
+from axon.errors import SpecError
+from axon.measure.backend import SimBackend
+from axon.measure.records import RecordDB
+from axon.options import parse_shape_range
+from axon.search.api import verified_variants
+from axon.search.family import FamilyBuilder, FamilyConfig, FamilyProblems, anchors, grid, span
+from axon.search.familyout import boundary_checks, load_family, write_module
+from axon.target import load_hw
+from axon.workloads import get
+from tests.test_bad_inputs import refused
+
+
+def test_range_list_and_step():
+    assert parse_shape_range("M=128..512:128") == {"M": (128, 256, 384, 512)}
+    assert parse_shape_range("M=256..512") == {"M": (256, 384, 512)}  # default step 128
+    assert parse_shape_range("M=512,128,K=64") == {"M": (128, 512), "K": (64,)}
+    assert parse_shape_range("M=1..5:2,S=3,4") == {"M": (1, 3, 5), "S": (3, 4)}
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("M=512..256", "is empty"),
+        ("M=a..4", "malformed"),
+        ("M=1..4:0", "malformed"),
+        ("M=1..4,M=8", "repeated"),
+        ("M=1..100000:1", "at most 256"),
+        ("M=-3", "malformed"),
+    ],
+)
+def test_bad_ranges(text, fragment):
+    with pytest.raises(SpecError, match=fragment):
+        parse_shape_range(text)
+
+
+@pytest.mark.parametrize(
+    "shape, fragment",
+    [
+        ("M=512..256", "--shape 'M=512..256': the range '512..256' is empty"),
+        ("M=128..2048:x", "malformed --shape"),
+        ("Q=128..256", "no dimension 'Q'"),
+        ("M=128..80000128:40000000", "HBM"),  # beyond the hardware file's HBM at the range's end
+    ],
+)
+def test_cli_refuses_bad_ranges(shape, fragment):
+    refused("tune", "rmsnorm_matmul", "--preset", "small", "--shape", shape, "--no-track", fragments=(fragment,))
+
+
+def test_anchors_are_ends_and_middle():
+    shapes = grid({"M": tuple(range(128, 8193, 128))})
+    assert [s["M"] for s in anchors(shapes, 3)] == [128, 1024, 8192]
+    assert span(shapes[:3]) == "M=128..384"
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    hw = load_hw("trn1")
+    g = get("rmsnorm_matmul").graph("small")
+    problems = FamilyProblems("rmsnorm_matmul", g, hw, verified_variants(g, depth=0), "float32")
+    shapes = [{**g.bindings, "M": m} for m in (128, 200, 384)]  # 200: a partial row tile
+    tmp = tmp_path_factory.mktemp("family")
+    db = RecordDB(tmp / "records.db")
+    config = FamilyConfig(anchor_trials=3, probe_trials=2, anchors=2, probes=1, candidates_per_shape=2)
+    fam = FamilyBuilder(problems, shapes, SimBackend(), db, config, holdout=[shapes[1]]).build()
+    return fam, problems, tmp
+
+
+def test_family_serves_every_shape_and_measures_none_held_out(family):
+    fam, _, _ = family
+    assert [r.dims["M"] for r in fam.rows] == [128, 200, 384]
+    assert {r.schedule for r in fam.rows} == set(range(len(fam.schedules)))  # no schedule without shapes
+    held = next(r for r in fam.rows if r.dims["M"] == 200)
+    assert not held.measured and held.tuned_best_ns is None
+    assert all(r.measured for r in fam.rows if r.dims["M"] != 200)
+    assert np.isfinite(held.latency_ns) and held.latency_ns > held.roofline_ns  # predicted, above the roofline
+
+
+def test_family_module_dispatches_to_checked_kernels(family):
+    fam, problems, tmp = family
+    checks = boundary_checks(fam, problems, tmp / "cache")
+    assert checks and all(c.ok for c in checks), checks
+    module = load_family(write_module(fam, problems, tmp / "out", checks, "trn1"))
+    assert "Measured" in module.__doc__ and "predicted" in module.__doc__ and "no padding" in module.__doc__
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (200, 256)).astype(np.float32)
+    g = rng.uniform(-1, 1, 256).astype(np.float32)
+    w = rng.uniform(-1, 1, (256, 512)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    ref = (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * g) @ w
+    out = module.emulate(x, g, w)
+    assert out.shape == (200, 512)
+    assert np.abs(out - ref).max() <= 1e-4 * np.abs(ref).max()
+    with pytest.raises(KeyError, match="no kernel in this family"):
+        module.kernel_file(x[:100], g, w)
+    json.dumps(module.ROWS)
+
+
+def test_load_family_refuses_a_missing_module():
+    with pytest.raises(Exception, match="no \\*_family.py module"):
+        load_family(tempfile.mkdtemp())
