@@ -89,7 +89,11 @@ class Progress(Callback):
 @click.option(
     "--storage",
     default=None,
-    help="Optuna storage: a journal file path or postgresql://... (default WORKDIR/optuna.log).",
+    help="Optuna storage: a journal file path or postgresql://... (default WORKDIR/optuna.log); "
+    "a PostgreSQL URL also holds the records unless --records is given.",
+)
+@click.option(
+    "--records", default=None, help="Records store: a SQLite file or postgresql://... (default WORKDIR/records.db)."
 )
 @click.option("--study", default=None, help="Study name (workers with the same name share one study).")
 @click.option("--out", default=None, help="Where to write the best kernel (default WORKDIR/kernels/...).")
@@ -114,6 +118,7 @@ def tune(
     seed,
     workdir,
     storage,
+    records,
     study,
     out,
     tracking_uri,
@@ -147,6 +152,7 @@ def tune(
         seed=seed,
         workdir=resolve_workdir(workdir),
         storage=storage,
+        records=records,
         study=study,
         out=out,
         track=not no_track,
