@@ -11,6 +11,7 @@ import click
 from tqdm import tqdm
 
 from axon.cli.common import resolve_workdir, workdir_option
+from axon.cli.fleet import fleet_sweep, show_report
 from axon.measure.events import Callback, TrialLog
 from axon.options import parse_shape_option
 from axon.search.api import TuneInterrupted, TuneRequest
@@ -195,7 +196,25 @@ def tune(
 )
 @click.option("--quiet", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_regression, quiet, as_json) -> None:
+@click.option(
+    "--workers", default=1, type=click.IntRange(1), help="Tune the tasks in this many local worker processes."
+)
+@click.option("--storage", default=None, help="Optuna storage shared by the workers (postgresql://...).")
+@click.option("--records", default=None, help="Records store shared by the workers (default: --storage's URL).")
+def sweep(
+    config,
+    workdir,
+    cost_model,
+    tracking_uri,
+    trials,
+    sampler,
+    fail_on_regression,
+    quiet,
+    as_json,
+    workers,
+    storage,
+    records,
+) -> None:
     """Run (or resume) the sweep CONFIG (e.g. configs/sweeps/nightly.yaml) as nested MLflow runs.
 
     An entry's spec file (`path.py:function`) is found from the config file's directory. Every entry
@@ -205,6 +224,21 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
     """
 
     path = resolve_workdir(workdir)
+    if workers > 1 or storage or records:
+        fleet_sweep(
+            config,
+            path,
+            workers,
+            storage,
+            records,
+            tracking_uri,
+            cost_model,
+            trials,
+            sampler,
+            as_json,
+            fail_on_regression,
+        )
+        return
     parsed = load_sweep(config)
     bar: dict[str, Progress | None] = {"p": None}
 
@@ -233,40 +267,4 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
     finally:
         if bar["p"] is not None:
             bar["p"].close()
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "name": report.name,
-                    "parent_run_id": report.parent_run_id,
-                    "regressions": list(report.regressions),
-                    "rows": [r.__dict__ for r in report.rows],
-                    "model_versions": report.model_versions,
-                },
-                default=str,
-            )
-        )
-    else:
-        click.echo(report.table())
-        click.echo(
-            f"\nsweep {report.name}: {len(report.rows)} tasks in {report.elapsed_s:.0f} s; "
-            f"parent run {report.parent_run_id}"
-        )
-        for hw, v in report.model_versions.items():
-            click.echo(
-                f"cost model for {hw}: registered version {v} "
-                f"(held-out pairwise accuracy {report.model_accuracy.get(hw)})"
-            )
-        if report.regressions:
-            click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
-        click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")
-    for row in report.failures:
-        click.echo(
-            f"axon: error: sweep {report.name}: entry {row.key} failed: "
-            f"{row.error.splitlines()[0] if row.error else '?'}",
-            err=True,
-        )
-    if report.failures:
-        sys.exit(1)
-    if fail_on_regression and report.regressions:
-        sys.exit(3)
+    show_report(report, path, as_json, fail_on_regression)

@@ -241,11 +241,12 @@ class PgRecordDB:
                 n += 1
         return n
 
-    def execute(self, sql: str, args: tuple[Any, ...] = (), many: bool = True) -> list[Any]:
-        """One statement (with retry) for the sweep queue: its rows, or [] when it returns none."""
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """One statement of the sweep queue, `?` placeholders (as SQLite), retried: its rows."""
+        text = sql.replace("?", "%s")
 
         def run(conn: Any) -> list[Any]:
-            cur = conn.execute(sql, args)
+            cur = conn.execute(text, args)
             return list(cur.fetchall()) if cur.description is not None else []
 
         return self._retry(run)
