@@ -47,7 +47,7 @@ def fleet_sweep(
         command += ["--cost-model", cost_model]
     procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(workers)]
     outputs = [p.communicate()[0] for p in procs]
-    reports = [out for out in outputs if out.strip()]
+    reports = [out for out in outputs if any(line.startswith("{") for line in out.splitlines())]
     if not reports:
         codes = ", ".join(str(p.returncode) for p in procs)
         raise SpecError(f"sweep {sweep}: no worker wrote the summary (exit codes {codes}); run it again to resume")
@@ -81,7 +81,7 @@ def _to_json(report: SweepReport) -> str:
 
 
 def _from_json(text: str) -> SweepReport:
-    data = json.loads(text.strip().splitlines()[-1])
+    data = json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
     rows = tuple(SweepRow(**r) for r in data.pop("rows"))
     return SweepReport(**{**data, "rows": rows, "regressions": tuple(data["regressions"])})
 

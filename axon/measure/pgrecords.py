@@ -25,6 +25,10 @@ from axon.measure.records import _COLUMNS, _JSON, SCHEMA_VERSION, Record
 
 T = TypeVar("T")
 
+# servers this process has reached: a later connection to one of them is retried like a statement
+# (the server restarting), while a first one fails at once (a wrong URL is not waited for)
+_reached: set[str] = set()
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
@@ -53,6 +57,11 @@ CREATE TABLE IF NOT EXISTS sweeps (
     sweep TEXT PRIMARY KEY, parent TEXT NOT NULL, config TEXT NOT NULL, summarized_by TEXT NOT NULL DEFAULT ''
 );
 """
+
+
+def reached(url: str) -> bool:
+    """Whether this process has reached the server of `url` before (then it waits for it to return)."""
+    return libpq_url(url) in _reached
 
 
 def is_postgres_url(where: str | os.PathLike[str] | None) -> bool:
@@ -94,12 +103,16 @@ class PgRecordDB:
         self._connect(first=True)
 
     def _connect(self, first: bool = False) -> None:
-        try:
-            self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-        except psycopg.Error as exc:
-            raise StoreError(f"record database {self.path} cannot be reached: {_first_line(exc)}") from None
+        if self.url in _reached:
+            self._retry(lambda conn: None)
+        else:
+            try:
+                self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+            except psycopg.Error as exc:
+                raise StoreError(f"record database {self.path} cannot be reached: {_first_line(exc)}") from None
+            _reached.add(self.url)
         if first:
-            self._setup()
+            self._retry(lambda conn: self._setup())
 
     def _setup(self) -> None:
         with self._conn.transaction():
@@ -108,6 +121,7 @@ class PgRecordDB:
             row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 self._conn.execute("INSERT INTO meta VALUES ('schema_version', %s)", (str(SCHEMA_VERSION),))
+            # a PostgreSQL store starts at schema 2: there is no schema-1 store on PostgreSQL to migrate
             elif int(row[0]) != SCHEMA_VERSION:
                 raise StoreError(f"record database {self.path} has schema {row[0]}, this Axon reads {SCHEMA_VERSION}")
 

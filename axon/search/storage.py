@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy.exc
+from optuna.exceptions import StorageInternalError
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from axon.errors import StoreError
-from axon.measure.pgrecords import is_postgres_url, redacted, sqlalchemy_url
+from axon.measure.pgrecords import is_postgres_url, reached, redacted, sqlalchemy_url
 from axon.search.costmodel import CostModel
 from axon.search.guards import check_journal, corrupt_journal
 from axon.track.tracker import load_registered_booster
@@ -86,6 +87,9 @@ _RETRIED = (
 )
 
 
+_LOST = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
 class _RetryingRDBStorage(RDBStorage):
     """Optuna's RDB storage whose calls are retried with backoff while the server is unreachable
     (a restarted PostgreSQL pauses the workers instead of failing their studies)."""
@@ -100,11 +104,15 @@ def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
         while True:
             try:
                 return method(self, *args, **kwargs)
-            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+            except (*_LOST, StorageInternalError) as exc:
+                # Optuna wraps an error of a commit in StorageInternalError: retried when its cause is the connection
+                lost = exc if isinstance(exc, _LOST) else exc.__cause__
+                if not isinstance(lost, _LOST):
+                    raise
                 if time.monotonic() > deadline:
                     raise StoreError(
                         f"Optuna storage {redacted(self.url)} unreachable for {self.retry_s:.0f} s: "
-                        f"{str(exc.orig).strip().splitlines()[0] if exc.orig else exc}"
+                        f"{str(lost.orig or lost).strip().splitlines()[0]}"
                     ) from None
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
@@ -118,13 +126,20 @@ for _name in _RETRIED:
 
 
 def retrying_storage(url: str) -> RDBStorage:
-    """Optuna's storage on PostgreSQL (psycopg 3), reconnecting after a server restart."""
-    try:
-        return _RetryingRDBStorage(
-            sqlalchemy_url(url), engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
-        )
-    except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
-        reason = getattr(exc, "orig", None) or exc
-        raise StoreError(
-            f"Optuna storage {redacted(url)} cannot be reached: {str(reason).strip().splitlines()[0]}"
-        ) from None
+    """Optuna's storage on PostgreSQL (psycopg 3), reconnecting after a server restart; a server
+    this process reached before is waited for (`retry_s`), a first one fails at once."""
+    deadline, pause = time.monotonic() + _RetryingRDBStorage.retry_s, 0.2
+    while True:
+        try:
+            return _RetryingRDBStorage(
+                sqlalchemy_url(url), engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
+            )
+        except (sqlalchemy.exc.SQLAlchemyError, StorageInternalError, ValueError) as exc:
+            if reached(url) and time.monotonic() < deadline:
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            reason = getattr(exc, "orig", None) or exc.__cause__ or exc
+            raise StoreError(
+                f"Optuna storage {redacted(url)} cannot be reached: {str(reason).strip().splitlines()[0]}"
+            ) from None
