@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.servers import ENV, PgServer, new_database, pg_bin
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -38,3 +40,25 @@ def run_axon(*args: str, cwd: Path | None = None, timeout: float = 120) -> subpr
 @pytest.fixture
 def axon_cli():
     return run_axon
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    """A PostgreSQL server: $AXON_TEST_PG_URL (CI starts one), else a throwaway one started here;
+    the test is skipped, saying why, only when neither is possible."""
+    if os.environ.get(ENV):
+        yield os.environ[ENV]
+        return
+    if pg_bin() is None:
+        pytest.skip(f"no PostgreSQL: ${ENV} is unset and no initdb is installed (apt-get install postgresql)")
+    server = PgServer.create()
+    try:
+        yield server.url
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def pg_url(pg_server_url):
+    """A fresh empty database on the test PostgreSQL server."""
+    return new_database(pg_server_url)

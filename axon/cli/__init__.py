@@ -16,6 +16,7 @@ import click
 import numpy as np
 
 from axon.cli.common import dtype_option, preset_option, shape_option, spec_graph
+from axon.cli.fleet import worker
 from axon.cli.nki import nki
 from axon.cli.profile import profile
 from axon.cli.track import runs, ui
@@ -104,6 +105,7 @@ def hw_command(name_or_path: str) -> None:
 
 cli.add_command(tune)
 cli.add_command(sweep)
+cli.add_command(worker)
 cli.add_command(variants)
 cli.add_command(nki)
 nki.add_command(profile)

@@ -11,6 +11,7 @@ import click
 from tqdm import tqdm
 
 from axon.cli.common import resolve_workdir, workdir_option
+from axon.cli.fleet import fleet_sweep, show_report
 from axon.measure.events import Callback, TrialLog
 from axon.options import parse_shape_option, parse_shape_range
 from axon.search.api import TuneInterrupted, TuneRequest
@@ -100,7 +101,11 @@ def _has_list(shape: str) -> bool:
 @click.option(
     "--storage",
     default=None,
-    help="Optuna storage: a journal file path or postgresql://... (default WORKDIR/optuna.log).",
+    help="Optuna storage: a journal file path or postgresql://... (default WORKDIR/optuna.log); "
+    "a PostgreSQL URL also holds the records unless --records is given.",
+)
+@click.option(
+    "--records", default=None, help="Records store: a SQLite file or postgresql://... (default WORKDIR/records.db)."
 )
 @click.option("--study", default=None, help="Study name (workers with the same name share one study).")
 @click.option("--out", default=None, help="Where to write the best kernel (default WORKDIR/kernels/...).")
@@ -125,6 +130,7 @@ def tune(
     seed,
     workdir,
     storage,
+    records,
     study,
     out,
     tracking_uri,
@@ -161,6 +167,7 @@ def tune(
         seed=seed,
         workdir=resolve_workdir(workdir),
         storage=storage,
+        records=records,
         study=study,
         out=out,
         track=not no_track,
@@ -207,7 +214,25 @@ def tune(
 )
 @click.option("--quiet", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_regression, quiet, as_json) -> None:
+@click.option(
+    "--workers", default=1, type=click.IntRange(1), help="Tune the tasks in this many local worker processes."
+)
+@click.option("--storage", default=None, help="Optuna storage shared by the workers (postgresql://...).")
+@click.option("--records", default=None, help="Records store shared by the workers (default: --storage's URL).")
+def sweep(
+    config,
+    workdir,
+    cost_model,
+    tracking_uri,
+    trials,
+    sampler,
+    fail_on_regression,
+    quiet,
+    as_json,
+    workers,
+    storage,
+    records,
+) -> None:
     """Run (or resume) the sweep CONFIG (e.g. configs/sweeps/nightly.yaml) as nested MLflow runs.
 
     An entry's spec file (`path.py:function`) is found from the config file's directory. Every entry
@@ -217,6 +242,21 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
     """
 
     path = resolve_workdir(workdir)
+    if workers > 1 or storage or records:
+        fleet_sweep(
+            config,
+            path,
+            workers,
+            storage,
+            records,
+            tracking_uri,
+            cost_model,
+            trials,
+            sampler,
+            as_json,
+            fail_on_regression,
+        )
+        return
     parsed = load_sweep(config)
     bar: dict[str, Progress | None] = {"p": None}
 
@@ -245,40 +285,4 @@ def sweep(config, workdir, cost_model, tracking_uri, trials, sampler, fail_on_re
     finally:
         if bar["p"] is not None:
             bar["p"].close()
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "name": report.name,
-                    "parent_run_id": report.parent_run_id,
-                    "regressions": list(report.regressions),
-                    "rows": [r.__dict__ for r in report.rows],
-                    "model_versions": report.model_versions,
-                },
-                default=str,
-            )
-        )
-    else:
-        click.echo(report.table())
-        click.echo(
-            f"\nsweep {report.name}: {len(report.rows)} tasks in {report.elapsed_s:.0f} s; "
-            f"parent run {report.parent_run_id}"
-        )
-        for hw, v in report.model_versions.items():
-            click.echo(
-                f"cost model for {hw}: registered version {v} "
-                f"(held-out pairwise accuracy {report.model_accuracy.get(hw)})"
-            )
-        if report.regressions:
-            click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
-        click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")
-    for row in report.failures:
-        click.echo(
-            f"axon: error: sweep {report.name}: entry {row.key} failed: "
-            f"{row.error.splitlines()[0] if row.error else '?'}",
-            err=True,
-        )
-    if report.failures:
-        sys.exit(1)
-    if fail_on_regression and report.regressions:
-        sys.exit(3)
+    show_report(report, path, as_json, fail_on_regression)

@@ -64,6 +64,14 @@ CREATE TABLE IF NOT EXISTS claims (
     host TEXT NOT NULL, pid INTEGER NOT NULL, created REAL NOT NULL,
     PRIMARY KEY (kernel_hash, backend, hw_hash)
 );
+CREATE TABLE IF NOT EXISTS sweep_tasks (
+    sweep TEXT NOT NULL, key TEXT NOT NULL, position INTEGER NOT NULL, status TEXT NOT NULL,
+    holder TEXT NOT NULL DEFAULT '', expires REAL NOT NULL DEFAULT 0, result TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (sweep, key)
+);
+CREATE TABLE IF NOT EXISTS sweeps (
+    sweep TEXT PRIMARY KEY, parent TEXT NOT NULL, config TEXT NOT NULL, summarized_by TEXT NOT NULL DEFAULT ''
+);
 """
 
 _COLUMNS = (
@@ -284,6 +292,13 @@ class RecordDB:
         except sqlite3.DatabaseError as exc:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
+            raise StoreError(self._explain(exc)) from None
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """One statement of the sweep queue (`axon.search.fleet`), `?` placeholders: its rows."""
+        try:
+            return list(self._conn.execute(sql, args).fetchall())
+        except sqlite3.DatabaseError as exc:
             raise StoreError(self._explain(exc)) from None
 
     # reading -------------------------------------------------------------------------------------

@@ -7,14 +7,14 @@ from typing import Any
 from axon.ir import Graph
 from axon.lower import expert
 from axon.measure.backend import Backend
-from axon.measure.records import RecordDB
+from axon.measure.stores import Records
 from axon.search.problem import LoweredProblem
 from axon.search.tuner import new_record
 from axon.target import HardwareSpec
 
 
 def baseline_latency(
-    problem: LoweredProblem, backend: Backend, db: RecordDB, point: dict[str, Any], label: str
+    problem: LoweredProblem, backend: Backend, db: Records, point: dict[str, Any], label: str
 ) -> float | None:
     """Latency of a baseline kernel of `problem` at `point`, measured once per kernel source and
     recorded as kind `baseline` with its `label`; None when the point cannot be lowered."""

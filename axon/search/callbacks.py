@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from axon.measure.events import Callback, TrialLog
-from axon.measure.records import Record, RecordDB, code_version
+from axon.measure.records import Record, code_version
+from axon.measure.stores import Records
 from axon.search.costmodel import CostModel
 from axon.search.current import CurrentCode
 
@@ -22,7 +23,7 @@ from axon.search.current import CurrentCode
 class Recorder(Callback):
     """Commits a trial's new record (its own transaction) and hands the stored one back."""
 
-    def __init__(self, db: RecordDB) -> None:
+    def __init__(self, db: Records) -> None:
         self.db = db
 
     def on_trial(self, trial: TrialLog) -> None:
@@ -30,7 +31,7 @@ class Recorder(Callback):
             trial.record = self.db.add(trial.record)
 
 
-def training_records(db: RecordDB, problem: Any, backend: str, current: CurrentCode) -> list[Record]:
+def training_records(db: Records, problem: Any, backend: str, current: CurrentCode) -> list[Record]:
     """Every ok kernel record of this hardware and backend the current code can vouch for: this
     task's when the current code still emits them (features recomputed from the point), another
     task's when this very code version wrote them (its stored features are this code's)."""
@@ -50,7 +51,7 @@ def training_records(db: RecordDB, problem: Any, backend: str, current: CurrentC
 class Refit(Callback):
     """Retrains the cost model after each new measurement; the accuracy goes into `trial.metrics`."""
 
-    def __init__(self, model: CostModel, db: RecordDB, problem: Any, backend: str, current: CurrentCode) -> None:
+    def __init__(self, model: CostModel, db: Records, problem: Any, backend: str, current: CurrentCode) -> None:
         self.model, self.db, self.problem, self.backend, self.current = model, db, problem, backend, current
 
     def fit(self) -> Any:

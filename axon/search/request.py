@@ -43,6 +43,7 @@ class TuneRequest:
     seed: int = 0
     storage: str | None = None  # Optuna: a journal file or a database URL (default WORKDIR/optuna.log)
     study: str | None = None
+    records: str | None = None  # a SQLite file or postgresql://... (default: the storage's URL, else WORKDIR)
     out: Path | None = None  # where the best kernel goes (default WORKDIR/kernels/...)
     track: bool = True
     tracking_uri: str | None = None

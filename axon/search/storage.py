@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optuna.storages import JournalStorage
+import sqlalchemy.exc
+from optuna.exceptions import StorageInternalError
+from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from axon.errors import StoreError
+from axon.measure.pgrecords import is_postgres_url, reached, redacted, sqlalchemy_url
 from axon.search.costmodel import CostModel
 from axon.search.guards import check_journal, corrupt_journal
 from axon.track.tracker import load_registered_booster
@@ -20,6 +25,8 @@ from axon.workdir import Workdir
 
 def journal_storage(workdir: Workdir, storage: str | None) -> Any:
     """The Optuna storage: a URL as given, else a journal file (default WORKDIR/optuna.log), checked first."""
+    if is_postgres_url(storage):
+        return retrying_storage(str(storage))
     if storage and "://" in storage:
         return storage
     path = Path(storage) if storage else workdir.journal
@@ -57,3 +64,82 @@ def load_cost_model(
 def _hw_from_name(ref: str) -> str | None:
     m = re.search(r"costmodel-([A-Za-z0-9_]+)", ref)
     return m.group(1) if m else None
+
+
+# the storage methods a worker calls while tuning; each is one transaction, safe to run again
+_RETRIED = (
+    "create_new_study",
+    "get_study_id_from_name",
+    "get_study_directions",
+    "get_all_studies",
+    "create_new_trial",
+    "set_trial_param",
+    "set_trial_state_values",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "get_trial",
+    "get_all_trials",
+    "get_trial_id_from_study_id_trial_number",
+    "get_best_trial",
+    "_get_trials",
+)
+
+
+_LOST = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
+class _RetryingRDBStorage(RDBStorage):
+    """Optuna's RDB storage whose calls are retried with backoff while the server is unreachable
+    (a restarted PostgreSQL pauses the workers instead of failing their studies)."""
+
+    retry_s = 60.0
+
+
+def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: _RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        deadline, pause = time.monotonic() + self.retry_s, 0.2
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except (*_LOST, StorageInternalError) as exc:
+                # Optuna wraps an error of a commit in StorageInternalError: retried when its cause is the connection
+                lost = exc if isinstance(exc, _LOST) else exc.__cause__
+                if not isinstance(lost, _LOST):
+                    raise
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"Optuna storage {redacted(self.url)} unreachable for {self.retry_s:.0f} s: "
+                        f"{str(lost.orig or lost).strip().splitlines()[0]}"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
+    return call
+
+
+for _name in _RETRIED:
+    if hasattr(RDBStorage, _name):
+        setattr(_RetryingRDBStorage, _name, _retried(getattr(RDBStorage, _name)))
+
+
+def retrying_storage(url: str) -> RDBStorage:
+    """Optuna's storage on PostgreSQL (psycopg 3), reconnecting after a server restart; a server
+    this process reached before is waited for (`retry_s`), a first one fails at once."""
+    deadline, pause = time.monotonic() + _RetryingRDBStorage.retry_s, 0.2
+    while True:
+        try:
+            return _RetryingRDBStorage(
+                sqlalchemy_url(url), engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
+            )
+        except (sqlalchemy.exc.SQLAlchemyError, StorageInternalError, ValueError) as exc:
+            if reached(url) and time.monotonic() < deadline:
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            reason = getattr(exc, "orig", None) or exc.__cause__ or exc
+            raise StoreError(
+                f"Optuna storage {redacted(url)} cannot be reached: {str(reason).strip().splitlines()[0]}"
+            ) from None

@@ -11,14 +11,15 @@ import csv
 import io
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from axon.errors import AxonError, SpecError
-from axon.measure.events import OnTrial
+from axon.measure.events import Callback, OnTrial
 from axon.measure.records import RecordDB, code_version
+from axon.measure.stores import Records
 from axon.search.costmodel import CostModel
 from axon.search.guards import preflight_sweep
 from axon.search.request import TuneRequest
@@ -249,86 +250,124 @@ def run_sweep(
                 on_task(key, i, len(tasks))
             if key in state["done"] and not state["done"][key].get("error"):
                 continue
-            try:
-                request = TuneRequest.make(
-                    config.workload(entry),
-                    shape=entry.dims,
-                    preset=entry.preset,
-                    dtype=entry.dtype,
-                    hw=machine,
-                    backend=config.backend,
-                    trials=config.trials,
-                    sampler=config.sampler,
-                    seed=config.seed,
-                    cost_model=cost_model,
-                    workdir=workdir,
-                    study=study,
-                    tracking_uri=tracking_uri,
-                    parent_run=parent,
-                )
-                tuned = tune(request, [OnTrial(on_trial)] if on_trial else [])
-                done = {
-                    "latency_ns": tuned.best_latency_ns,
-                    "unfused_ns": tuned.unfused_ns,
-                    "expert_ns": tuned.expert_ns,
-                    "roofline_ns": tuned.roofline_ns,
-                    "run_id": tuned.run_id,
-                    "error": "",
-                }
-                tracker.client.set_tag(tuned.run_id, "axon.sweep_key", key)
-            except AxonError as exc:
-                done = {
-                    "latency_ns": None,
-                    "unfused_ns": None,
-                    "expert_ns": None,
-                    "roofline_ns": None,
-                    "run_id": "",
-                    "error": str(exc),
-                }
+            done = tune_task(
+                config, machine, entry, study, workdir, parent, cost_model, tracking_uri, on_trial=on_trial
+            )
             state["done"][key] = {**done, "workload": entry.workload, "hw": hw}
             state_path.write_text(json.dumps(state))
-        rows = tuple(
-            SweepRow(
-                key,
-                d["workload"],
-                d["hw"],
-                d["latency_ns"],
-                d["unfused_ns"],
-                d["expert_ns"],
-                d["roofline_ns"],
-                previous.get(key),
-                d["run_id"],
-                d["error"],
-            )
-            for key, d in state["done"].items()
-        )
-        _, regressions = compare({r.key: r.latency_ns for r in rows}, previous, config.regression_threshold)
-        versions, accuracy = _retrain(config, workdir, tracker, parent, machines)
-        report = SweepReport(
-            config.name,
-            parent.run_id,
-            rows,
-            tuple(c.key for c in regressions),
-            versions,
-            accuracy,
-            time.perf_counter() - start,
-        )
-        parent.log_text(report.markdown(), "summary.md")
-        parent.log_text(report.csv(), "summary.csv")
-        parent.log_metrics(
-            {"regressions": len(regressions), "tasks": len(rows), "failed": sum(1 for r in rows if r.error)}
-        )
+        report = summarize(config, workdir, tracker, parent, machines, state["done"], previous, start)
         state["status"] = "finished"
         state_path.write_text(json.dumps(state))
     return report
 
 
+def tune_task(
+    config: SweepConfig,
+    machine: Any,
+    entry: Any,
+    study: str,
+    workdir: Workdir,
+    parent: Any,
+    cost_model: str | None,
+    tracking_uri: str | None,
+    *,
+    storage: str | None = None,
+    records: str | None = None,
+    on_trial: Callable[[Any], None] | None = None,
+    callbacks: Sequence[Callback] = (),
+) -> dict[str, Any]:
+    """Tune one task of a sweep under `parent`: its row's figures, or its error (never raises AxonError)."""
+    key = entry.key(machine.name)
+    try:
+        request = TuneRequest.make(
+            config.workload(entry),
+            shape=entry.dims,
+            preset=entry.preset,
+            dtype=entry.dtype,
+            hw=machine,
+            backend=config.backend,
+            trials=config.trials,
+            sampler=config.sampler,
+            seed=config.seed,
+            cost_model=cost_model,
+            workdir=workdir,
+            study=study,
+            storage=storage,
+            records=records,
+            tracking_uri=tracking_uri,
+            parent_run=parent,
+        )
+        tuned = tune(request, [*([OnTrial(on_trial)] if on_trial else []), *callbacks])
+        parent.tracker.client.set_tag(tuned.run_id, "axon.sweep_key", key)
+        return {
+            "latency_ns": tuned.best_latency_ns,
+            "unfused_ns": tuned.unfused_ns,
+            "expert_ns": tuned.expert_ns,
+            "roofline_ns": tuned.roofline_ns,
+            "run_id": tuned.run_id,
+            "error": "",
+        }
+    except AxonError as exc:
+        return {
+            "latency_ns": None,
+            "unfused_ns": None,
+            "expert_ns": None,
+            "roofline_ns": None,
+            "run_id": "",
+            "error": str(exc),
+        }
+
+
+def summarize(
+    config: SweepConfig,
+    workdir: Workdir,
+    tracker: Any,
+    parent: Any,
+    machines: dict[str, Any],
+    done: dict[str, dict[str, Any]],
+    previous: dict[str, float | None],
+    start: float,
+    db: Records | None = None,
+) -> SweepReport:
+    """After the last task: the report against the previous sweep, the retrained cost models, the
+    summary logged to the parent run."""
+    rows = tuple(
+        SweepRow(
+            key,
+            d["workload"],
+            d["hw"],
+            d["latency_ns"],
+            d["unfused_ns"],
+            d["expert_ns"],
+            d["roofline_ns"],
+            previous.get(key),
+            d["run_id"],
+            d["error"],
+        )
+        for key, d in done.items()
+    )
+    _, regressions = compare({r.key: r.latency_ns for r in rows}, previous, config.regression_threshold)
+    versions, accuracy = _retrain(config, workdir, tracker, parent, machines, db or RecordDB(workdir.records))
+    report = SweepReport(
+        config.name,
+        parent.run_id,
+        rows,
+        tuple(c.key for c in regressions),
+        versions,
+        accuracy,
+        time.perf_counter() - start,
+    )
+    parent.log_text(report.markdown(), "summary.md")
+    parent.log_text(report.csv(), "summary.csv")
+    parent.log_metrics({"regressions": len(regressions), "tasks": len(rows), "failed": sum(1 for r in rows if r.error)})
+    return report
+
+
 def _retrain(
-    config: SweepConfig, workdir: Workdir, tracker: Any, parent: Any, machines: dict[str, Any]
+    config: SweepConfig, workdir: Workdir, tracker: Any, parent: Any, machines: dict[str, Any], db: Records
 ) -> tuple[dict[str, int], dict[str, float | None]]:
     """Retrain one cost model per hardware file, log and register it: on every tuned-kernel record
     of the full search space this code version wrote (their stored features are this code's)."""
-    db = RecordDB(workdir.records)
     versions, accuracy = {}, {}
     version = code_version()
     for hw in config.hw:

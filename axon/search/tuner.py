@@ -22,7 +22,8 @@ from axon import __version__
 from axon.errors import AxonError, StoreError
 from axon.measure.backend import Backend, Measurement
 from axon.measure.events import Callback, TrialLog
-from axon.measure.records import Record, RecordDB, code_version
+from axon.measure.records import Record, code_version
+from axon.measure.stores import Records
 from axon.search.callbacks import Recorder, Refit
 from axon.search.costmodel import CostModel
 from axon.search.current import CurrentCode
@@ -142,7 +143,7 @@ class Tuner:
         self,
         problem: Problem,
         backend: Backend,
-        db: RecordDB,
+        db: Records,
         config: TuneConfig,
         storage: Any = None,
         model: CostModel | None = None,

@@ -24,7 +24,7 @@ from axon.errors import AxonError
 from axon.ir import flops, min_bytes
 from axon.measure.backend import get_backend
 from axon.measure.events import Callback, TrialLog
-from axon.measure.records import RecordDB
+from axon.measure.stores import open_records, records_location
 from axon.search.baselines import baseline_latency, expert_latency
 from axon.search.checks import adversarial_check, numerics_check
 from axon.search.guards import kernel_out_path, preflight, trace_instructions
@@ -111,7 +111,7 @@ def _tune(request: TuneRequest, callbacks: list[Callback]) -> TuneReport:
     variants = verified_variants(graph, r.depth, rejected=fp_rejected)
     problem = LoweredProblem(w.name, graph, r.hw, variants, r.dtype)
     model = load_cost_model(r.cost_model, r.seed, r.tracking_uri, hw=r.hw.name, warn=lambda m: warn(callbacks, m))
-    db = RecordDB(workdir.records)
+    db = open_records(records_location(r.records, r.storage, workdir.records))
     config = TuneConfig(
         trials=r.trials, seconds=r.seconds, sampler=r.sampler, seed=r.seed, patience=r.patience, study_name=r.study
     )

@@ -1,0 +1,127 @@
+"""`axon worker` and `axon sweep --workers N`: a sweep's tasks shared by worker processes through
+one records store (`axon.search.fleet`); thin wrappers, the coordination is in the library."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import click
+
+from axon.cli.common import resolve_workdir, workdir_option
+from axon.errors import SpecError
+from axon.search.fleet import Fleet, pending_sweeps, publish, work
+from axon.search.guards import preflight_sweep
+from axon.search.sweep import SweepReport, SweepRow
+from axon.search.sweepconfig import load_sweep
+from axon.workdir import Workdir
+
+
+def fleet_sweep(
+    config: str,
+    path: Workdir,
+    workers: int,
+    storage: str | None,
+    records: str | None,
+    tracking_uri: str | None,
+    cost_model: str | None,
+    trials: int | None,
+    sampler: str | None,
+    as_json: bool,
+    fail_on_regression: bool,
+) -> None:
+    """Publish the sweep, run `workers` local `axon worker` processes on it, print the report."""
+    parsed = load_sweep(config)
+    if trials is not None or sampler is not None:
+        parsed = replace(parsed, trials=trials or parsed.trials, sampler=sampler or parsed.sampler)
+    fleet = Fleet(path, storage, records, tracking_uri)
+    preflight_sweep(parsed, fleet.workdir)
+    sweep = publish(parsed, fleet)
+    command = [sys.executable, "-m", "axon.cli", "worker", "--sweep", sweep, "--workdir", str(path), "--json"]
+    for flag, value in (("--storage", storage), ("--records", records), ("--tracking-uri", tracking_uri)):
+        if value:
+            command += [flag, value]
+    if cost_model:
+        command += ["--cost-model", cost_model]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(workers)]
+    outputs = [p.communicate()[0] for p in procs]
+    reports = [out for out in outputs if any(line.startswith("{") for line in out.splitlines())]
+    if not reports:
+        codes = ", ".join(str(p.returncode) for p in procs)
+        raise SpecError(f"sweep {sweep}: no worker wrote the summary (exit codes {codes}); run it again to resume")
+    show_report(_from_json(reports[0]), path, as_json, fail_on_regression)
+
+
+@click.command()
+@workdir_option
+@click.option("--sweep", "sweep_id", default=None, help="The sweep to join (default: every unfinished one).")
+@click.option("--storage", default=None, help="Optuna storage (postgresql://...), shared by the fleet.")
+@click.option("--records", default=None, help="Records store (default: --storage's URL, else WORKDIR/records.db).")
+@click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
+@click.option("--cost-model", default=None, help="Start every task from this model.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary (if this worker writes it) as JSON.")
+def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_json) -> None:
+    """Join the sweeps in the shared store and tune their tasks until every one is done.
+
+    Started on any machine with the same --storage (and --tracking-uri), it takes the next task
+    no worker holds; the last to finish writes the summary and retrains the cost model.
+    """
+    fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri)
+    for sweep in [sweep_id] if sweep_id else pending_sweeps(fleet):
+        report = work(fleet, sweep, cost_model=cost_model)
+        if report is not None:
+            click.echo(_to_json(report) if as_json else report.table())
+
+
+def _to_json(report: SweepReport) -> str:
+    data = {**report.__dict__, "rows": [r.__dict__ for r in report.rows]}
+    return json.dumps(data, default=str)
+
+
+def _from_json(text: str) -> SweepReport:
+    data = json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+    rows = tuple(SweepRow(**r) for r in data.pop("rows"))
+    return SweepReport(**{**data, "rows": rows, "regressions": tuple(data["regressions"])})
+
+
+def show_report(report: SweepReport, path: object, as_json: bool, fail_on_regression: bool) -> None:
+    """Print a sweep's report; exit 1 when a task failed, 3 on a regression with --fail-on-regression."""
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "name": report.name,
+                    "parent_run_id": report.parent_run_id,
+                    "regressions": list(report.regressions),
+                    "rows": [r.__dict__ for r in report.rows],
+                    "model_versions": report.model_versions,
+                },
+                default=str,
+            )
+        )
+    else:
+        click.echo(report.table())
+        click.echo(
+            f"\nsweep {report.name}: {len(report.rows)} tasks in {report.elapsed_s:.0f} s; "
+            f"parent run {report.parent_run_id}"
+        )
+        for hw, v in report.model_versions.items():
+            click.echo(
+                f"cost model for {hw}: registered version {v} "
+                f"(held-out pairwise accuracy {report.model_accuracy.get(hw)})"
+            )
+        if report.regressions:
+            click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
+        click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")
+    for row in report.failures:
+        click.echo(
+            f"axon: error: sweep {report.name}: entry {row.key} failed: "
+            f"{row.error.splitlines()[0] if row.error else '?'}",
+            err=True,
+        )
+    if report.failures:
+        sys.exit(1)
+    if fail_on_regression and report.regressions:
+        sys.exit(3)
