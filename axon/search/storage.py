@@ -87,7 +87,15 @@ _RETRIED = (
 )
 
 
-_LOST = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+_LOST = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.PendingRollbackError)
+
+
+def _connection_lost(exc: BaseException | None) -> bool:
+    """The error is the server going away (the connection dropped, or a session left pending by a drop),
+    not a statement SQLAlchemy or the database refused."""
+    if isinstance(exc, _LOST):
+        return True
+    return isinstance(exc, sqlalchemy.exc.DBAPIError) and bool(exc.connection_invalidated)
 
 
 class _RetryingRDBStorage(RDBStorage):
@@ -104,15 +112,15 @@ def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
         while True:
             try:
                 return method(self, *args, **kwargs)
-            except (*_LOST, StorageInternalError) as exc:
+            except (sqlalchemy.exc.SQLAlchemyError, StorageInternalError) as exc:
                 # Optuna wraps an error of a commit in StorageInternalError: retried when its cause is the connection
-                lost = exc if isinstance(exc, _LOST) else exc.__cause__
-                if not isinstance(lost, _LOST):
+                lost = exc.__cause__ if isinstance(exc, StorageInternalError) else exc
+                if not _connection_lost(lost):
                     raise
                 if time.monotonic() > deadline:
                     raise StoreError(
                         f"Optuna storage {redacted(self.url)} unreachable for {self.retry_s:.0f} s: "
-                        f"{str(lost.orig or lost).strip().splitlines()[0]}"
+                        f"{str(getattr(lost, 'orig', None) or lost).strip().splitlines()[0]}"
                     ) from None
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
