@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,36 @@ def run_axon(*args: str, cwd: Path | None = None, timeout: float = 120) -> subpr
         timeout=timeout,
         env=env,
     )
+
+
+# A refusal's budget: the refusing process's own CPU time (about 1.1 s measured alone, 2 s wall), so a
+# test worker sharing 2 cores with PostgreSQL and sweep workers does not fail on wall time; the
+# wall-clock bound catches a refusal that hangs or starts searching before it refuses.
+REFUSAL_CPU_S = 4.0
+REFUSAL_WALL_S = 30.0
+
+
+def _children() -> tuple[float, int]:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+def refused(*args: str, cwd: Path | None = None, fragments: tuple[str, ...] = ()) -> str:
+    """Run `axon *args`, which must refuse: exit 2, one `axon: error:` line holding every fragment, no
+    traceback, within the refusal budget and under 2 GB. Returns the line."""
+    (cpu_before, peak_before), start = _children(), time.perf_counter()
+    result = run_axon(*args, cwd=cwd)
+    elapsed = time.perf_counter() - start
+    cpu_after, peak_kb = _children()
+    assert result.returncode == 2, (result.returncode, result.stdout[-500:], result.stderr[-2000:])
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("axon: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert cpu_after - cpu_before < REFUSAL_CPU_S and elapsed < REFUSAL_WALL_S, (cpu_after - cpu_before, elapsed)
+    assert peak_kb < 2 * 1024 * 1024 or peak_kb == peak_before, peak_kb  # the largest child so far stayed under 2 GB
+    return lines[0]
 
 
 @pytest.fixture

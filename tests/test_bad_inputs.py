@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from tests.conftest import run_axon
+from tests.conftest import refused, run_axon
 
 BAD_SPECS = """import numpy as np
 import axon.spec as ax
@@ -36,23 +35,6 @@ def unshaped(x, y):
 def numpy_scalars(x):
     return np.float32(2.0) * x + np.float64(1.0) / (x * x + 1)
 """
-
-# a refusal's budget here: 2 s measured alone; the tests allow for a loaded 2-core machine
-REFUSAL_S = 6.0
-
-
-def refused(*args, cwd=None, fragments=()):
-    start = time.perf_counter()
-    result = run_axon(*args, cwd=cwd)
-    elapsed = time.perf_counter() - start
-    assert result.returncode == 2, (result.returncode, result.stdout[-500:], result.stderr[-2000:])
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("axon: error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert elapsed < REFUSAL_S, elapsed
-    return lines[0]
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import resource
 import signal
 import sqlite3
 import subprocess
@@ -16,25 +15,7 @@ from axon.search.guards import GiB, check_tune, estimate, host_memory, numerics_
 from axon.target import load_hw
 from axon.target.hardware import CONFIG_DIR
 from axon.workloads import all_workloads, get
-from tests.conftest import REPO, run_axon
-
-REFUSAL_S = 6.0  # 2 s measured alone; room for a loaded 2-core machine
-
-
-def _refused_quickly(*args, fragments=(), cwd=None):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.perf_counter()
-    result = run_axon(*args, cwd=cwd)
-    elapsed = time.perf_counter() - start
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("axon: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert elapsed < REFUSAL_S, elapsed
-    assert peak_kb < 2 * 1024 * 1024 or peak_kb == before, peak_kb  # the largest child so far stayed under 2 GB
-    return lines[0]
+from tests.conftest import REPO, refused, run_axon
 
 
 def test_every_builtin_default_shape_passes_the_guards():
@@ -53,7 +34,7 @@ def test_guard_figures_scale_with_the_problem():
 
 
 def test_tune_at_a_billion_rows_is_refused_with_the_figures(tmp_path):
-    line = _refused_quickly(
+    line = refused(
         "tune",
         "rmsnorm_matmul",
         "--shape",
@@ -73,7 +54,7 @@ def test_host_memory_and_time_guards(tmp_path):
     softmax = get("softmax").graph("default", M=65536, N=8192)
     if estimate(softmax).host_bytes < host_memory() / 2:
         pytest.skip(f"this machine has {host_memory() / GiB:.0f} GiB: softmax at M=65536 fits")
-    _refused_quickly(
+    refused(
         "tune",
         "softmax",
         "--shape",
@@ -109,7 +90,7 @@ def test_sweep_entry_beyond_the_hardware_is_refused_before_the_first_task(tmp_pa
             }
         )
     )
-    _refused_quickly(
+    refused(
         "sweep",
         str(config),
         "--workdir",
@@ -122,7 +103,7 @@ def test_sweep_entry_beyond_the_hardware_is_refused_before_the_first_task(tmp_pa
 def test_show_prints_a_huge_graph_but_check_refuses_to_evaluate_it():
     show = run_axon("show", "rmsnorm_matmul", "--shape", "M=1000000000")
     assert show.returncode == 0 and "M=1000000000" in show.stdout, show.stderr
-    _refused_quickly("check", "rmsnorm_matmul", "--shape", "M=1000000000", fragments=("GiB of host memory", "--force"))
+    refused("check", "rmsnorm_matmul", "--shape", "M=1000000000", fragments=("GiB of host memory", "--force"))
     variants = run_axon("variants", "rmsnorm_matmul", "--shape", "M=1000000000", "--depth", "1")
     assert variants.returncode == 0 and "variants; steps proved" in variants.stdout, variants.stderr
 

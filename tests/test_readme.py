@@ -365,8 +365,11 @@ def test_tour_runs_as_written(tmp_path, segment):
                 failures.append(f"no {timeline.relative_to(repo)}: {command}")
     print("\n".join(timings))
     assert not failures, "README commands that fail as written:\n" + "\n".join(failures)
-    if any(argv_of(c)[1] == "tune" for c in commands):
+    tunes = [argv_of(c) for c in commands if argv_of(c)[1] == "tune"]
+    if any(".." not in " ".join(argv) for argv in tunes):
         assert list((repo / ".axon" / "kernels").glob("*.py")), "the tunes wrote no kernel under .axon/kernels/"
+    if any(".." in " ".join(argv) for argv in tunes):  # a shape range: a family module and its kernels
+        assert list((repo / ".axon" / "families").glob("*/*_family.py")), "the family tune wrote no family module"
 
 
 @pytest.mark.slow

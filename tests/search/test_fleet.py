@@ -84,7 +84,7 @@ def test_three_workers_4x16_with_one_killed_and_restarted(tmp_path, pg_url):
     before = {r.id for r in PgRecordDB(pg_url).records()}
     workers[0] = _worker(tmp_path / "w", pg_url)  # restarted
     outputs = [w.communicate(timeout=600) for w in workers]
-    assert all(w.returncode == 0 for w in workers), [err[-800:] for _, err in outputs]
+    assert all(w.returncode == 0 for w in workers), [err[-4000:] for _, err in outputs]
     after = PgRecordDB(pg_url).records()
     assert before <= {r.id for r in after}  # every record of the killed worker is still there
     trials = _finished_trials(pg_url)
@@ -113,7 +113,7 @@ def test_workers_wait_out_a_postgres_restart(tmp_path):
         server.stop()
         threading.Timer(10.0, server.start).start()
         outputs = [w.communicate(timeout=600) for w in workers]
-        assert all(w.returncode == 0 for w in workers), [err[-800:] for _, err in outputs]
+        assert all(w.returncode == 0 for w in workers), [err[-4000:] for _, err in outputs]
         assert before <= {r.id for r in PgRecordDB(url).records()}
         results = PgRecordDB(url).execute("SELECT result FROM sweep_tasks")
         assert not [r for (r,) in results if json.loads(r)["error"]], results
