@@ -103,3 +103,18 @@ class Workdir:
 
     def __str__(self) -> str:
         return str(self.root)
+
+
+def pid_alive(pid: int) -> bool:
+    """Is process `pid` on this host still running? (A zombie counts as dead: its parent reaps it; a
+    process of another user counts as alive.) Used to take over locks, claims and leases of killed workers."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

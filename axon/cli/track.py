@@ -20,7 +20,7 @@ from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import StoreError
 from axon.track.tracker import Tracker
 from axon.track.view import runs_url
-from axon.workdir import Workdir
+from axon.workdir import Workdir, pid_alive
 
 
 def _free_port(preferred: int) -> int:
@@ -157,20 +157,6 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:  # a zombie is dead for our purposes (its parent reaps it)
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -194,7 +180,7 @@ def stop_ui(proc: subprocess.Popen) -> None:
         deadline = time.time() + grace
         while time.time() < deadline:
             proc.poll()  # reap the server itself
-            pids = {pid for pid in pids if _alive(pid)}
+            pids = {pid for pid in pids if pid_alive(pid)}
             if not pids:
                 return
             time.sleep(0.1)

@@ -13,15 +13,15 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 
 from axon.errors import StoreError
-from axon.measure.records import _COLUMNS, _JSON, SCHEMA_VERSION, Record
+from axon.measure.records import _COLUMNS, _JSON, SCHEMA_VERSION, Record, _RecordQueries
+from axon.workdir import pid_alive
 
 T = TypeVar("T")
 
@@ -87,7 +87,7 @@ def redacted(url: str) -> str:
     return f"{head}://{rest}"
 
 
-class PgRecordDB:
+class PgRecordDB(_RecordQueries):
     """Append-only PostgreSQL store of `Record`s; the interface of `RecordDB`.
 
     `lease_s` is how long a claim holds when its worker stops renewing it (a worker measures one
@@ -198,7 +198,7 @@ class PgRecordDB:
                 ).fetchone()
                 if row is not None:
                     mine = (row[0], row[1]) == self.me
-                    dead = row[0] == host and not _alive(row[1])
+                    dead = row[0] == host and not pid_alive(row[1])
                     if not (mine or dead or row[2] < now):
                         return False
                 conn.execute(
@@ -212,48 +212,10 @@ class PgRecordDB:
 
         return self._retry(take)
 
-    # reading -------------------------------------------------------------------------------------
-    def _rows(self, where: str = "", args: tuple[Any, ...] = (), limit: int | None = None) -> Iterator[Record]:
-        sql = f"SELECT id, {', '.join(_COLUMNS)} FROM records {where} ORDER BY id"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        rows = self._retry(lambda conn: conn.execute(sql, args).fetchall())
-        for row in rows:
-            data = dict(zip(("id",) + _COLUMNS, row))
-            data.pop("task")
-            for c in _JSON:
-                data[c] = json.loads(data[c])
-            yield Record(**data)
-
-    def lookup(self, kernel_hash: str, backend: str, hw_hash: str) -> Record | None:
-        for r in self._rows(
-            "WHERE kernel_hash=%s AND backend=%s AND hw_hash=%s", (kernel_hash, backend, hw_hash), limit=1
-        ):
-            return r
-        return None
-
-    def records(self, task: str | None = None, workload: str | None = None, hw: str | None = None) -> list[Record]:
-        clauses, args = [], []
-        for column, value in (("task", task), ("workload", workload), ("hw", hw)):
-            if value is not None:
-                clauses.append(f"{column}=%s")
-                args.append(value)
-        return list(self._rows(("WHERE " + " AND ".join(clauses)) if clauses else "", tuple(args)))
-
-    def best(self, task: str) -> Record | None:
-        ok = [(r.latency_ns, r) for r in self.records(task=task) if r.status == "ok" and r.latency_ns is not None]
-        return min(ok, key=lambda lr: lr[0])[1] if ok else None
-
-    def __len__(self) -> int:
-        return int(self._retry(lambda conn: conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]))
-
-    def export_jsonl(self, path: str | Path) -> int:
-        n = 0
-        with open(path, "w") as f:
-            for r in self._rows():
-                f.write(r.to_json() + "\n")
-                n += 1
-        return n
+    # reading (the queries are _RecordQueries') ----------------------------------------------------
+    def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        text = sql.replace("?", "%s")
+        return list(self._retry(lambda conn: conn.execute(text, args).fetchall()))
 
     def execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """One statement of the sweep queue, `?` placeholders (as SQLite), retried: its rows."""
@@ -269,13 +231,3 @@ class PgRecordDB:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

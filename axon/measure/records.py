@@ -13,6 +13,7 @@ it is kept beside it (`records.db.v1`); no record is dropped.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import socket
@@ -25,6 +26,7 @@ from typing import Any
 
 from axon import __version__
 from axon.errors import StoreError
+from axon.workdir import pid_alive
 
 SCHEMA_VERSION = 2
 KINDS = ("kernel", "baseline")
@@ -165,7 +167,57 @@ class Record:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-class RecordDB:
+class _RecordQueries(abc.ABC):
+    """The reading side shared by the SQLite and the PostgreSQL record stores: queries are written with
+    `?` placeholders and run by the store's `_fetch` (which owns errors, retries and placeholders)."""
+
+    @abc.abstractmethod
+    def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows of one statement."""
+
+    def _rows(self, where: str = "", args: tuple[Any, ...] = (), limit: int | None = None) -> Iterator[Record]:
+        sql = f"SELECT id, {', '.join(_COLUMNS)} FROM records {where} ORDER BY id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        for row in self._fetch(sql, args):
+            data = dict(zip(("id",) + _COLUMNS, row))
+            data.pop("task")
+            for c in _JSON:
+                data[c] = json.loads(data[c])
+            yield Record(**data)
+
+    def lookup(self, kernel_hash: str, backend: str, hw_hash: str) -> Record | None:
+        """The first record of this kernel on this backend and hardware, if it was measured."""
+        for r in self._rows("WHERE kernel_hash=? AND backend=? AND hw_hash=?", (kernel_hash, backend, hw_hash), 1):
+            return r
+        return None
+
+    def records(self, task: str | None = None, workload: str | None = None, hw: str | None = None) -> list[Record]:
+        clauses, args = [], []
+        for column, value in (("task", task), ("workload", workload), ("hw", hw)):
+            if value is not None:
+                clauses.append(f"{column}=?")
+                args.append(value)
+        return list(self._rows(("WHERE " + " AND ".join(clauses)) if clauses else "", tuple(args)))
+
+    def best(self, task: str) -> Record | None:
+        ok = [(r.latency_ns, r) for r in self.records(task=task) if r.status == "ok" and r.latency_ns is not None]
+        return min(ok, key=lambda lr: lr[0])[1] if ok else None
+
+    def __len__(self) -> int:
+        return int(self._fetch("SELECT COUNT(*) FROM records")[0][0])
+
+    def export_jsonl(self, path: str | Path) -> int:
+        """Write every record as one JSON line (plain, self-describing); returns the count."""
+        n = 0
+        with open(path, "w") as f:
+            for r in self._rows():
+                f.write(r.to_json() + "\n")
+                n += 1
+        return n
+
+
+class RecordDB(_RecordQueries):
     """Append-only SQLite store of `Record`s.
 
     >>> import tempfile, os
@@ -280,7 +332,7 @@ class RecordDB:
                 "SELECT host, pid FROM claims WHERE kernel_hash=? AND backend=? AND hw_hash=?",
                 (kernel_hash, backend, hw_hash),
             ).fetchone()
-            if row is not None and tuple(row) != me and not (row[0] == me[0] and not _alive(row[1])):
+            if row is not None and tuple(row) != me and not (row[0] == me[0] and not pid_alive(row[1])):
                 self._conn.execute("COMMIT")
                 return False
             self._conn.execute(
@@ -302,57 +354,8 @@ class RecordDB:
             raise StoreError(self._explain(exc)) from None
 
     # reading -------------------------------------------------------------------------------------
-    def _rows(self, where: str = "", args: tuple[Any, ...] = (), limit: int | None = None) -> Iterator[Record]:
-        sql = f"SELECT id, {', '.join(_COLUMNS)} FROM records {where} ORDER BY id"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
+    def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         try:
-            rows = self._conn.execute(sql, args).fetchall()
+            return list(self._conn.execute(sql, args).fetchall())
         except sqlite3.DatabaseError as exc:
             raise StoreError(self._explain(exc)) from None
-        for row in rows:
-            data = dict(zip(("id",) + _COLUMNS, row))
-            data.pop("task")
-            for c in _JSON:
-                data[c] = json.loads(data[c])
-            yield Record(**data)
-
-    def lookup(self, kernel_hash: str, backend: str, hw_hash: str) -> Record | None:
-        """The first record of this kernel on this backend and hardware, if it was measured."""
-        for r in self._rows("WHERE kernel_hash=? AND backend=? AND hw_hash=?", (kernel_hash, backend, hw_hash), 1):
-            return r
-        return None
-
-    def records(self, task: str | None = None, workload: str | None = None, hw: str | None = None) -> list[Record]:
-        clauses, args = [], []
-        for column, value in (("task", task), ("workload", workload), ("hw", hw)):
-            if value is not None:
-                clauses.append(f"{column}=?")
-                args.append(value)
-        return list(self._rows(("WHERE " + " AND ".join(clauses)) if clauses else "", tuple(args)))
-
-    def best(self, task: str) -> Record | None:
-        ok = [(r.latency_ns, r) for r in self.records(task=task) if r.status == "ok" and r.latency_ns is not None]
-        return min(ok, key=lambda lr: lr[0])[1] if ok else None
-
-    def __len__(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
-
-    def export_jsonl(self, path: str | Path) -> int:
-        """Write every record as one JSON line (plain, self-describing); returns the count."""
-        n = 0
-        with open(path, "w") as f:
-            for r in self._rows():
-                f.write(r.to_json() + "\n")
-                n += 1
-        return n
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

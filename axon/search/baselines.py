@@ -9,7 +9,7 @@ from axon.lower import expert
 from axon.measure.backend import Backend
 from axon.measure.stores import Records
 from axon.search.problem import LoweredProblem
-from axon.search.tuner import new_record
+from axon.search.tuner import measured_fields, new_record
 from axon.target import HardwareSpec
 
 
@@ -25,20 +25,7 @@ def baseline_latency(
     if known is None:
         m = backend.measure(cand.source, cand.kernel, cand.inputs, problem.hw)
         known = db.add(
-            new_record(
-                problem,
-                backend.name,
-                kind="baseline",
-                label=label,
-                variant_hash=cand.variant_hash,
-                point=point,
-                kernel_hash=cand.kernel_hash,
-                features=dict(cand.features),
-                latency_ns=m.latency_ns,
-                status=m.status,
-                error=m.error,
-                measurement=m.as_dict(),
-            )
+            new_record(problem, backend.name, kind="baseline", label=label, **measured_fields(cand, point, m))
         )
     return known.latency_ns
 

@@ -27,7 +27,7 @@ from axon.measure.records import RecordDB
 from axon.search.costmodel import CostModel
 from axon.search.problem import LoweredProblem
 from axon.search.sampler import point_key
-from axon.search.tuner import TuneConfig, Tuner, new_record
+from axon.search.tuner import TuneConfig, Tuner, measured_fields, new_record
 
 
 @dataclass(frozen=True)
@@ -177,21 +177,7 @@ class FamilyBuilder:
             return known.latency_ns if known.status == "ok" else None
         m = self.meter.measure(cand.source, cand.kernel, cand.inputs, problem.hw)
         self.measurements += 1
-        self.db.add(
-            new_record(
-                problem,
-                self.meter.name,
-                kind="family",
-                variant_hash=cand.variant_hash,
-                point=point,
-                kernel_hash=cand.kernel_hash,
-                features=dict(cand.features),
-                latency_ns=m.latency_ns,
-                status=m.status,
-                error=m.error,
-                measurement=m.as_dict(),
-            )
-        )
+        self.db.add(new_record(problem, self.meter.name, kind="family", **measured_fields(cand, point, m)))
         return m.latency_ns if m.status == "ok" else None
 
     # predicting --------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from axon.search.sweepconfig import SweepConfig, load_sweep
 from axon.target import load_hw
 from axon.track import Tracker
 from axon.track.tracker import Run
-from axon.workdir import Workdir
+from axon.workdir import Workdir, pid_alive
 
 LEASE_S = 300.0  # a task's lease; each trial renews it, so it only runs out for a dead or hung worker
 
@@ -124,7 +124,7 @@ def _take(db: Records, sweep: str) -> tuple[str, int] | None:
         "SELECT DISTINCT holder FROM sweep_tasks WHERE sweep=? AND status='running' AND holder LIKE ?",
         (sweep, host + ":%"),
     ):
-        if not _alive(int(holder.rsplit(":", 1)[1])):  # killed on this host: no need to wait out the lease
+        if not pid_alive(int(holder.rsplit(":", 1)[1])):  # killed on this host: no need to wait out the lease
             db.execute("UPDATE sweep_tasks SET expires=0 WHERE sweep=? AND holder=?", (sweep, holder))
     free = "(status='pending' OR (status='running' AND expires<?))"
     while True:
@@ -214,13 +214,3 @@ def _load(text: str, workdir: Workdir, sweep: str) -> SweepConfig:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(data["yaml"])
     return replace(load_sweep(path), **data["config"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

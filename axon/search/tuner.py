@@ -117,6 +117,20 @@ def new_record(problem: Problem, backend: str, **kw: Any) -> Record:
     return Record(**{**base, **kw})
 
 
+def measured_fields(cand: Candidate, point: dict[str, Any], m: Measurement) -> dict[str, Any]:
+    """The fields of a record that come from one built candidate (`Problem.build`) and its measurement."""
+    return dict(
+        variant_hash=cand.variant_hash,
+        point=point,
+        kernel_hash=cand.kernel_hash,
+        features=dict(cand.features),
+        latency_ns=m.latency_ns,
+        status=m.status,
+        error=m.error,
+        measurement=m.as_dict(),
+    )
+
+
 def make_sampler(
     name: str, problem: Problem, model: CostModel, seed: int, measured: Callable[[dict], bool]
 ) -> optuna.samplers.BaseSampler:
@@ -191,16 +205,7 @@ class Tuner:
             )
             return busy, "busy"
         m: Measurement = self.backend.measure(cand.source, cand.kernel, cand.inputs, self.problem.hw)
-        record = self._record(
-            variant_hash=cand.variant_hash,
-            point=point,
-            kernel_hash=cand.kernel_hash,
-            features=dict(cand.features),
-            latency_ns=m.latency_ns,
-            status=m.status,
-            error=m.error,
-            measurement=m.as_dict(),
-        )
+        record = self._record(**measured_fields(cand, point, m))
         return record, "measured"
 
     def best(self) -> Record | None:

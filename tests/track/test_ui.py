@@ -15,9 +15,10 @@ import urllib.request
 
 import pytest
 
-from axon.cli.track import _alive, _descendants
+from axon.cli.track import _descendants
 from axon.track import Tracker
 from axon.track.view import VIEW_TAG, column_id, runs_url
+from axon.workdir import pid_alive
 from tests.conftest import REPO
 
 
@@ -99,9 +100,9 @@ def test_axon_ui_serves_runs_and_prints_the_runs_view(tmp_path):
             _stop(proc)
     assert proc.returncode == 0
     deadline = time.time() + 10
-    while any(_alive(pid) for pid in tree) and time.time() < deadline:
+    while any(pid_alive(pid) for pid in tree) and time.time() < deadline:
         time.sleep(0.1)
-    assert len(tree) >= 2 and not any(_alive(pid) for pid in tree), tree
+    assert len(tree) >= 2 and not any(pid_alive(pid) for pid in tree), tree
     assert not _answers(base)
 
 
@@ -119,14 +120,14 @@ def test_axon_ui_stops_its_whole_process_tree(tmp_path, sig):
         sent = time.time()
         proc.send_signal(sig)
         proc.wait(timeout=15)
-        left = {pid for pid in tree if _alive(pid)}
+        left = {pid for pid in tree if pid_alive(pid)}
         while left and time.time() < sent + 15:
             time.sleep(0.1)
-            left = {pid for pid in left if _alive(pid)}
+            left = {pid for pid in left if pid_alive(pid)}
         stopped_after = time.time() - sent
     finally:
         for pid in tree:
-            if _alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         _stop(proc)
     assert proc.returncode == 0
@@ -154,7 +155,7 @@ def test_stop_ui_stops_children_that_left_the_session(tmp_path):
     assert len(children) == 1
     stop_ui(proc)
     assert proc.poll() is not None
-    assert not any(_alive(pid) for pid in children)
+    assert not any(pid_alive(pid) for pid in children)
 
 
 @pytest.mark.slow
