@@ -66,8 +66,19 @@ def _hw_from_name(ref: str) -> str | None:
     return m.group(1) if m else None
 
 
-# the storage methods a worker calls while tuning; each is one transaction, safe to run again
+# the storage methods a worker calls while tuning, public and the private ones Optuna's cached
+# storage calls on its backend directly (`_set_trial_param`, `_create_new_trial`, ...); each is one
+# transaction, safe to run again (tests/search/test_fleet.py checks the list covers the cache's calls)
 _RETRIED = (
+    "_create_new_trial",
+    "_set_trial_param",
+    "_get_best_trial_id",
+    "_get_stale_trial_ids",
+    "get_study_name_from_id",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "set_trial_intermediate_value",
+    "record_heartbeat",
     "create_new_study",
     "get_study_id_from_name",
     "get_study_directions",
