@@ -87,6 +87,21 @@ def redacted(url: str) -> str:
     return f"{head}://{rest}"
 
 
+class Backoff:
+    """Waits between attempts at an unreachable server: 0.2 s doubling to 5 s, for `retry_s` in all."""
+
+    def __init__(self, retry_s: float) -> None:
+        self.deadline, self.pause = time.monotonic() + retry_s, 0.2
+
+    def wait(self) -> bool:
+        """Sleep before the next attempt; False (no sleep) once `retry_s` has passed: give up."""
+        if time.monotonic() > self.deadline:
+            return False
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, 5.0)
+        return True
+
+
 class PgRecordDB(_RecordQueries):
     """Append-only PostgreSQL store of `Record`s; the interface of `RecordDB`.
 
@@ -128,7 +143,7 @@ class PgRecordDB(_RecordQueries):
     def _retry(self, work: Callable[[Any], T]) -> T:
         """Run `work(conn)`; on a lost connection reconnect with backoff (0.2 s doubling to 5 s)
         until `retry_s` has passed. A statement that failed is run again whole (each is atomic)."""
-        deadline, pause = time.monotonic() + self.retry_s, 0.2
+        backoff = Backoff(self.retry_s)
         while True:
             try:
                 if self._conn is None or self._conn.closed:
@@ -136,12 +151,10 @@ class PgRecordDB(_RecordQueries):
                 return work(self._conn)
             except psycopg.OperationalError as exc:
                 self._conn = None
-                if time.monotonic() > deadline:
+                if not backoff.wait():
                     raise StoreError(
                         f"record database {self.path} unreachable for {self.retry_s:.0f} s: {_first_line(exc)}"
                     ) from None
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
             except psycopg.Error as exc:
                 raise StoreError(f"record database {self.path}: {_first_line(exc)}") from None
 

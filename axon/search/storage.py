@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import re
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from axon.errors import StoreError
-from axon.measure.pgrecords import is_postgres_url, reached, redacted, sqlalchemy_url
+from axon.measure.pgrecords import Backoff, is_postgres_url, reached, redacted, sqlalchemy_url
 from axon.search.costmodel import CostModel
 from axon.search.guards import check_journal, corrupt_journal
 from axon.track.tracker import load_registered_booster
@@ -119,7 +118,7 @@ class _RetryingRDBStorage(RDBStorage):
 def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: _RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        deadline, pause = time.monotonic() + self.retry_s, 0.2
+        backoff = Backoff(self.retry_s)
         while True:
             try:
                 return method(self, *args, **kwargs)
@@ -128,13 +127,11 @@ def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
                 lost = exc.__cause__ if isinstance(exc, StorageInternalError) else exc
                 if not _connection_lost(lost):
                     raise
-                if time.monotonic() > deadline:
+                if not backoff.wait():
                     raise StoreError(
                         f"Optuna storage {redacted(self.url)} unreachable for {self.retry_s:.0f} s: "
                         f"{str(getattr(lost, 'orig', None) or lost).strip().splitlines()[0]}"
                     ) from None
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
 
     return call
 
@@ -147,16 +144,14 @@ for _name in _RETRIED:
 def retrying_storage(url: str) -> RDBStorage:
     """Optuna's storage on PostgreSQL (psycopg 3), reconnecting after a server restart; a server
     this process reached before is waited for (`retry_s`), a first one fails at once."""
-    deadline, pause = time.monotonic() + _RetryingRDBStorage.retry_s, 0.2
+    backoff = Backoff(_RetryingRDBStorage.retry_s)
     while True:
         try:
             return _RetryingRDBStorage(
                 sqlalchemy_url(url), engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
             )
         except (sqlalchemy.exc.SQLAlchemyError, StorageInternalError, ValueError) as exc:
-            if reached(url) and time.monotonic() < deadline:
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
+            if reached(url) and backoff.wait():
                 continue
             reason = getattr(exc, "orig", None) or exc.__cause__ or exc
             raise StoreError(
