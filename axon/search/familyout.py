@@ -121,7 +121,7 @@ def write_module(
         rows=rows,
         kernel=kernel_name,
     )
-    module = out / f"{family.workload}_family.py"
+    module = out / f"{kernel_name}_family.py"  # the kernels' name: a spec's workload is "dir/f.py:fn"
     module.write_text(body)
     return module
 

@@ -66,9 +66,10 @@ def tune_family(
     family.ranges = {k: tuple(v) for k, v in ranges.items()}
     checks = boundary_checks(family, problems, request.workdir.kernel_cache) if request.check else []
     failed = [c for c in checks if not c.ok]
-    out = request.out or request.workdir.root / "families" / f"{w.name}_{request.hw.name}"
+    # the kernel name, not the workload's: a spec's workload is its path and function ("dir/f.py:fn")
+    out = request.out or request.workdir.root / "families" / f"{w.kernel_name}_{request.hw.name}"
     out.mkdir(parents=True, exist_ok=True)
-    plot = latency_plot(family, out / f"{w.name}_family.png")
+    plot = latency_plot(family, out / f"{w.kernel_name}_family.png")
     run_id = ""
     if request.track:
         tracker = Tracker(

@@ -17,7 +17,7 @@ from axon.search.family import FamilyBuilder, FamilyConfig, FamilyProblems, anch
 from axon.search.familyout import boundary_checks, load_family, write_module
 from axon.target import load_hw
 from axon.workloads import get
-from tests.test_bad_inputs import refused
+from tests.conftest import refused, run_axon
 
 
 def test_range_list_and_step():
@@ -108,3 +108,21 @@ def test_family_module_dispatches_to_checked_kernels(family):
 def test_load_family_refuses_a_missing_module():
     with pytest.raises(Exception, match="no \\*_family.py module"):
         load_family(tempfile.mkdtemp())
+
+
+@pytest.mark.slow
+def test_a_spec_family_from_another_directory_lands_in_the_workdir(tmp_path):
+    """A spec's workload name is its path and function: the family's files are named by the kernel."""
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M K', w='K N')\ndef shifted(x, w):\n"
+        "    return ax.exp(x - ax.max(x)) @ w\n"
+    )
+    result = run_axon(
+        "tune", "spec.py:shifted", "--shape", "M=128..256:128,K=256,N=256", "--trials", "4", "--quiet",
+        "--no-track", "--workdir", "w", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "w" / "families" / "shifted_trn1"
+    assert (out / "shifted_family.py").is_file() and (out / "shifted_family.png").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.py", "w"]  # nothing beside the spec
+    assert load_family(out).__name__ == "shifted_family"
