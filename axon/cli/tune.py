@@ -176,7 +176,16 @@ def tune(
         force=force,
     )
     if ranges:
-        family = tune_family(request, ranges)
+        try:
+            family = tune_family(request, ranges)
+        except KeyboardInterrupt:
+            click.echo(
+                "axon: interrupted, no family written; the measurements so far are in the records database "
+                "(--records, default WORKDIR/records.db), and the same command resumes: measured kernels are "
+                "reused, not measured again",
+                err=True,
+            )
+            sys.exit(130)
         click.echo(json.dumps(family.as_dict(), default=str) if as_json else family.summary())
         return
     label = workload.rpartition(":")[2] if ".py:" in workload else workload

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from axon.measure.records import RecordDB
+from axon.measure.stores import Records
 from axon.search.costmodel import CostModel
 from axon.search.problem import LoweredProblem
 from axon.search.sampler import point_key
@@ -40,6 +41,8 @@ class FamilyConfig:
     merge_tolerance: float = 0.03
     seed: int = 0
     sampler: str = "costmodel"
+    seconds: float | None = None  # wall budget of the whole family's tunings (anchors first, then probes)
+    patience: int | None = None  # each tuning stops after this many trials without improvement
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Family:
     measurements: int
     measured_shapes: list[dict[str, int]] = field(default_factory=list)
     probe_shapes: list[dict[str, int]] = field(default_factory=list)
+    out_of_time: bool = False  # the time budget ended the tunings before every anchor and probe ran
 
     def shapes_of(self, schedule: int) -> list[dict[str, int]]:
         return [r.dims for r in self.rows if r.schedule == schedule]
@@ -71,6 +75,7 @@ class Family:
         lines = [
             f"{self.workload}: {len(self.rows)} shapes, {len(self.schedules)} schedules, "
             f"{self.measurements} measurements at {len(self.measured_shapes)} shapes"
+            + (" (time budget reached: fewer shapes tuned than planned)" if self.out_of_time else "")
         ]
         for i, point in enumerate(self.schedules):
             shapes = self.shapes_of(i)
@@ -137,7 +142,7 @@ class FamilyBuilder:
         problems: FamilyProblems,
         shapes: Sequence[dict[str, int]],
         meter: Any,
-        db: RecordDB,
+        db: Records,
         config: FamilyConfig,
         holdout: Sequence[dict[str, int]] = (),
     ) -> None:
@@ -148,11 +153,23 @@ class FamilyBuilder:
         self.measured: list[dict[str, int]] = []
         self.probed: list[dict[str, int]] = []
         self.candidates: list[dict[str, Any]] = []
+        self.deadline = None if config.seconds is None else time.perf_counter() + config.seconds
+        self.out_of_time = False
+
+    def _seconds_left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.perf_counter()
 
     # measuring ---------------------------------------------------------------------------------------
     def _tune(self, dims: dict[str, int], trials: int) -> None:
         problem = self.problems(dims)
-        config = TuneConfig(trials=trials, sampler=self.config.sampler, seed=self.config.seed, kind="family")
+        config = TuneConfig(
+            trials=trials,
+            seconds=self._seconds_left(),
+            sampler=self.config.sampler,
+            seed=self.config.seed,
+            patience=self.config.patience,
+            kind="family",
+        )
         result = Tuner(problem, self.meter, self.db, config, None, self.model).run()
         self.measurements += result.measured
         if dims not in self.measured:
@@ -212,8 +229,12 @@ class FamilyBuilder:
     def build(self) -> Family:
         cfg = self.config
         for dims in anchors([s for s in self.shapes if s not in self.holdout], cfg.anchors):
+            if self.measured and self._out_of_time():  # at least one shape is always tuned
+                break
             self._tune(dims, cfg.anchor_trials)
         for _ in range(cfg.probes):
+            if self._out_of_time():
+                break
             self._fit()
             open_shapes = [s for s in self.shapes if s not in self.measured and s not in self.holdout]
             if not open_shapes:
@@ -224,7 +245,14 @@ class FamilyBuilder:
         for dims in self.measured:  # every candidate at every measured shape: measured choices there
             self.measured_latencies(dims)
         self._fit()
-        return self._assemble()
+        family = self._assemble()
+        family.out_of_time = self.out_of_time
+        return family
+
+    def _out_of_time(self) -> bool:
+        left = self._seconds_left()
+        self.out_of_time = self.out_of_time or (left is not None and left <= 0)
+        return self.out_of_time
 
     def _table(self) -> dict[str, np.ndarray]:
         """Per shape, the relative speed of every candidate (1 = that shape's best): measured at

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from axon.errors import AxonError
 from axon.measure.backend import get_backend
-from axon.measure.records import RecordDB
+from axon.measure.stores import open_records, records_location
 from axon.search.family import Family, FamilyBuilder, FamilyConfig, FamilyProblems, grid
 from axon.search.familyout import BoundaryCheck, boundary_checks, family_record, latency_plot, log_family, write_module
 from axon.search.guards import preflight
@@ -55,14 +55,31 @@ def tune_family(
 ) -> FamilyReport:
     """Build, check and write the kernel family of `request.workload` over `ranges` (the request's
     `shape` binds the fixed dimensions; `trials` is each anchor shape's budget)."""
-    config = config or FamilyConfig(anchor_trials=request.trials, seed=request.seed, sampler=request.sampler)
+    if request.storage or request.study:
+        raise AxonError(
+            "--storage/--study name one Optuna study, and a shape range runs one tuning per shape it "
+            "measures: drop them (the measurements go to the records database, --records, and a rerun reuses them)"
+        )
+    config = config or FamilyConfig(
+        anchor_trials=request.trials,
+        seed=request.seed,
+        sampler=request.sampler,
+        seconds=request.seconds,
+        patience=request.patience,
+    )
     largest = {**request.shape, **{k: max(v) for k, v in ranges.items()}}
     w, graph = preflight(replace(request, shape=largest))  # unknown dimensions, HBM, memory, time
     shapes = [{**{k: v for k, v in graph.bindings.items() if k not in ranges}, **s} for s in grid(ranges)]
     with quiet_optuna():
         problems = FamilyProblems(w.name, graph, request.hw, verified_variants(graph, request.depth), request.dtype)
         meter = get_backend(request.backend, request.workdir.kernel_cache)
-        family = FamilyBuilder(problems, shapes, meter, RecordDB(request.workdir.records), config).build()
+        family = FamilyBuilder(
+            problems,
+            shapes,
+            meter,
+            open_records(records_location(request.records, None, request.workdir.records)),
+            config,
+        ).build()
     family.ranges = {k: tuple(v) for k, v in ranges.items()}
     checks = boundary_checks(family, problems, request.workdir.kernel_cache) if request.check else []
     failed = [c for c in checks if not c.ok]

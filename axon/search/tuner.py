@@ -287,7 +287,8 @@ class Tuner:
         if pinned and default is not None:
             study.enqueue_trial(default())
         stale = 0
-        while done < cfg.trials and (cfg.seconds is None or time.perf_counter() - start < cfg.seconds):
+        # a time budget stops the run after the trial that reaches it, and never before the first trial
+        while done < cfg.trials and (cfg.seconds is None or not logs or time.perf_counter() - start < cfg.seconds):
             log = self._trial(study, sampler, dists, best, pinned)
             pinned = False
             if log.latency_ns is not None:

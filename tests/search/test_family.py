@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -17,7 +22,7 @@ from axon.search.family import FamilyBuilder, FamilyConfig, FamilyProblems, anch
 from axon.search.familyout import boundary_checks, load_family, write_module
 from axon.target import load_hw
 from axon.workloads import get
-from tests.conftest import refused, run_axon
+from tests.conftest import REPO, refused, run_axon
 
 
 def test_range_list_and_step():
@@ -54,6 +59,36 @@ def test_bad_ranges(text, fragment):
 )
 def test_cli_refuses_bad_ranges(shape, fragment):
     refused("tune", "rmsnorm_matmul", "--preset", "small", "--shape", shape, "--no-track", fragments=(fragment,))
+
+
+def test_cli_refuses_one_optuna_study_for_a_range(tmp_path):
+    """A range runs one tuning per measured shape: one named study cannot hold them; refused, not ignored."""
+    refused(
+        "tune",
+        "rmsnorm_matmul",
+        "--preset",
+        "small",
+        "--shape",
+        "M=128..256",
+        "--study",
+        "mine",
+        "--workdir",
+        str(tmp_path),
+        "--no-track",
+        fragments=("--storage/--study name one Optuna study",),
+    )
+
+
+def test_a_time_budget_stops_the_family_after_its_first_shape(tmp_path):
+    hw = load_hw("trn1")
+    g = get("rmsnorm_matmul").graph("small")
+    problems = FamilyProblems("rmsnorm_matmul", g, hw, verified_variants(g, depth=0), "float32")
+    shapes = [{**g.bindings, "M": m} for m in (128, 256, 384)]
+    config = FamilyConfig(anchor_trials=50, anchors=3, probes=2, candidates_per_shape=1, seconds=1e-3)
+    fam = FamilyBuilder(problems, shapes, SimBackend(), RecordDB(tmp_path / "r.db"), config).build()
+    assert fam.out_of_time and len(fam.measured_shapes) == 1 and not fam.probe_shapes
+    assert fam.measurements < 50 and len(fam.rows) == 3  # every shape still served
+    assert "time budget reached" in fam.summary()
 
 
 def test_anchors_are_ends_and_middle():
@@ -126,3 +161,33 @@ def test_a_spec_family_from_another_directory_lands_in_the_workdir(tmp_path):
     assert (out / "shifted_family.py").is_file() and (out / "shifted_family.png").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.py", "w"]  # nothing beside the spec
     assert load_family(out).__name__ == "shifted_family"
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(tmp_path):
+    args = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--shape", "M=128..512"]
+    args += ["--trials", "40", "--workdir", str(tmp_path), "--no-track", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline, db = time.time() + 120, tmp_path / "records.db"
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            if db.exists() and len(RecordDB(db).records()) >= 3:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted, no family written" in err and "Traceback" not in err, err[-2000:]
+    kept = {r.kernel_hash for r in RecordDB(db).records()}
+    assert len(kept) >= 3
+    resumed = subprocess.run(
+        [*args[:10], "4", *args[11:], "--json"], cwd=REPO, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after = {r.kernel_hash for r in RecordDB(db).records()}
+    assert kept <= after  # nothing recorded before the interrupt was lost
+    assert json.loads(resumed.stdout)["measurements"] < len(after)  # and what was measured is reused
