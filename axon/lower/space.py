@@ -27,6 +27,7 @@ from typing import Any
 from axon.errors import AxonError
 from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
+from axon.lower.matsum import shared_sums, transposed_products
 from axon.lower.passes import materializable, matmul_cuts, normalize, split
 from axon.lower.roles import LoweringError
 
@@ -99,6 +100,8 @@ class Space:
                 Knob("weights", ("stream", "resident")),
                 Knob("evac", ("vector", "scalar")),
             ]
+        if has_mm and any(shared_sums(p.graph) or transposed_products(p.graph) for p in split(g, set())[0]):
+            knobs.append(Knob("accumulate", ("shared", "separate")))
         if needs_transpose:
             knobs.append(Knob("transpose", ("pe", "dma")))
         self.isel = dict(isel) if isel is not None else self._isel_choices()
