@@ -45,7 +45,6 @@ KNOB_DEFAULTS: dict[str, Any] = dict(
     evac="vector",
     psum_bufs=1,
     loop_order="nk",
-    accumulate="shared",
 )
 
 
