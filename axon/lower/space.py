@@ -9,10 +9,13 @@ contraction before the next; `kn2`/`kn4`: K outer over a group of 2 or 4 n tiles
 once in separate PSUM banks, their moving tiles brought by one DMA per K tile), `transpose`
 (stationary operands transposed on TensorE or by DMA; inputs already laid out [K, M] need neither),
 `weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
-by VectorE or ScalarE), and `isel.<group>` (the verified instruction alternatives of each fused
-elementwise group). Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
-The default point is the documented heuristic: fused, largest legal tiles, no blocking, n-outer
-loop order, single buffers, TensorE transposes, streamed weights.
+by VectorE or ScalarE), `accumulate` (where a graph has x @ w + y @ v or (x @ a) @ b: `shared`
+accumulates the two products in one PSUM bank and makes x @ a already transposed for its consumer,
+`separate` lowers each matmul on its own; see `matsum`), and `isel.<group>` (the verified
+instruction alternatives of each fused elementwise group). Knobs that cannot matter for a graph
+(tile_n without a matmul) are left out. The default point is the documented heuristic: fused,
+largest legal tiles, no blocking, n-outer loop order, single buffers, TensorE transposes, streamed
+weights.
 It does not time anything; the tuner ranks points.
 """
 
