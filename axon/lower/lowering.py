@@ -19,6 +19,15 @@ from axon.ir import Graph
 from axon.lower.elementwise import lower_node, release
 from axon.lower.fused import lower_group, plan_groups
 from axon.lower.matmul import lower_matmul, prepare_weights
+from axon.lower.matsum import (
+    is_sum,
+    is_term,
+    is_transposed_product,
+    lower_sum,
+    lower_term,
+    lower_transposed_product,
+    plan_sums,
+)
 from axon.lower.passes import Pass, materializable, matmul_cuts, normalize, scratch_name, split
 from axon.lower.program import Comment, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram, tile_ref
 from axon.lower.roles import LoweringError, classify
@@ -217,6 +226,7 @@ def _lower_pass(
     st = LoweringState(prefix, knobs, hw, g, roles, tm, mb)
     st.__dict__["reuse"] = reuse
     plan_groups(st, p.origin)
+    plan_sums(st)
     pre: list[Stmt] = []
     for nid, role in sorted(roles.role.items()):
         if role == "bcast":
@@ -251,7 +261,13 @@ def _row_block(st: LoweringState, p: Pass) -> list[Stmt]:
     block: list[Stmt] = []
     done: set[int] = st.__dict__.setdefault("done", set())  # nodes emitted so far (read by in-place decisions)
     for node in [n for n in p.graph.nodes if st.roles.role.get(n.id) == "row"]:
-        if node.op == "matmul":
+        if is_term(st, node.id):  # a product of a sum accumulated in one PSUM bank
+            block.extend(lower_term(st, node))
+        elif is_sum(st, node.id):
+            block.extend(lower_sum(st, node))
+        elif is_transposed_product(st, node.id):
+            block.extend(lower_transposed_product(st, node))
+        elif node.op == "matmul":
             block.extend(lower_matmul(st, node))
         elif node.id in st.__dict__.get("groups", {}) and node.id not in st.__dict__.get("internal", ()):
             block.extend(lower_group(st, node))  # a fused group, emitted at its sink

@@ -298,7 +298,7 @@ def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
         else:
             ins = TileInstr("tensor_copy", "vector", dst, (("src", src),), "evacuate PSUM")
         stmts: list[Stmt] = [ins]
-        if direct:
+        if direct and not wide:
             hdst = hbm_ref(st, name, st.roles.bmap[node.id], rows_expr(st, j), tm, n0, width, g.concrete_shape(node.id))
             stmts.append(TileInstr("dma_copy", "dma", hdst, (("src", dst),), f"store {name}"))
         return stmts
@@ -309,6 +309,19 @@ def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
             kvar = Expr.of(Affine.of("i_k")) + 1
             stmts.append(TileLoop("i_k", nk - 1, tuple(k_step(n0, width, kvar, nvar, False)), "contraction"))
         return stmts + for_j(st, lambda j: evac(ps_ref(nvar, j, width), n0, width, j, bank(nvar, j, None, tn)))
+
+    # a K-outer group of n tiles of an output leaves in one store per row tile (wider DMA rows)
+    wide = direct and group_emit is None and group > 1
+
+    def wide_stores(gn0: Expr, slot: Callable[[Expr], Expr]) -> list[Stmt]:
+        def one(j: Expr) -> list[Stmt]:
+            src = tile_ref(stage.name, 0, tm, slot(j), group * tn)
+            hdst = hbm_ref(
+                st, name, st.roles.bmap[node.id], rows_expr(st, j), tm, gn0, group * tn, g.concrete_shape(node.id)
+            )
+            return [TileInstr("dma_copy", "dma", hdst, (("src", src),), f"store {name}, {group} n tiles")]
+
+        return for_j(st, one)
 
     def group_body(gvar: Expr) -> list[Stmt]:
         """K outer, n inner: `group` n tiles accumulate at once; one DMA brings the group's moving block."""
@@ -336,6 +349,13 @@ def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
         if nk > 1:
             stmts.append(TileLoop("i_k", nk - 1, tuple(k_group(Expr.of(Affine.of("i_k")) + 1, False)), "contraction"))
         n0 = gn0 + _scale(gi, tn)
+        if wide:  # row tile j's n tiles of the group side by side in the stage, stored by one DMA
+
+            def slot(j: Expr) -> Expr:
+                return bank(gvar, Expr.of(0), None, tn) + _scale(j, group * tn)
+
+            ev = for_j(st, lambda j: evac(ps_ref(gvar, j, tn, gi), n0, tn, j, slot(j) + _scale(gi, tn)))
+            return stmts + [TileLoop("i_n", group, tuple(ev), "n_in_group")] + wide_stores(gn0, slot)
         ev = for_j(st, lambda j: evac(ps_ref(gvar, j, tn, gi), n0, tn, j, bank(gvar, j, gi, tn)))
         return stmts + [TileLoop("i_n", group, tuple(ev), "n_in_group")]
 

@@ -9,10 +9,13 @@ contraction before the next; `kn2`/`kn4`: K outer over a group of 2 or 4 n tiles
 once in separate PSUM banks, their moving tiles brought by one DMA per K tile), `transpose`
 (stationary operands transposed on TensorE or by DMA; inputs already laid out [K, M] need neither),
 `weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
-by VectorE or ScalarE), and `isel.<group>` (the verified instruction alternatives of each fused
-elementwise group). Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
-The default point is the documented heuristic: fused, largest legal tiles, no blocking, n-outer
-loop order, single buffers, TensorE transposes, streamed weights.
+by VectorE or ScalarE), `accumulate` (where a graph has x @ w + y @ v or (x @ a) @ b: `shared`
+accumulates the two products in one PSUM bank and makes x @ a already transposed for its consumer,
+`separate` lowers each matmul on its own; see `matsum`), and `isel.<group>` (the verified
+instruction alternatives of each fused elementwise group). Knobs that cannot matter for a graph
+(tile_n without a matmul) are left out. The default point is the documented heuristic: fused,
+largest legal tiles, no blocking, n-outer loop order, single buffers, TensorE transposes, streamed
+weights.
 It does not time anything; the tuner ranks points.
 """
 
@@ -27,6 +30,7 @@ from typing import Any
 from axon.errors import AxonError
 from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
+from axon.lower.matsum import shared_sums, transposed_products
 from axon.lower.passes import materializable, matmul_cuts, normalize, split
 from axon.lower.roles import LoweringError
 
@@ -99,6 +103,8 @@ class Space:
                 Knob("weights", ("stream", "resident")),
                 Knob("evac", ("vector", "scalar")),
             ]
+        if has_mm and any(shared_sums(p.graph) or transposed_products(p.graph) for p in split(g, set())[0]):
+            knobs.append(Knob("accumulate", ("shared", "separate")))
         if needs_transpose:
             knobs.append(Knob("transpose", ("pe", "dma")))
         self.isel = dict(isel) if isel is not None else self._isel_choices()
