@@ -13,7 +13,7 @@ from collections import OrderedDict
 from typing import Any
 
 from axon.ir import Graph
-from axon.lower.elementwise import new_view, operand, out_dtype, own, slot_dies
+from axon.lower.elementwise import concat_slot, new_view, operand, out_dtype, own, slot_dies
 from axon.lower.groups import fused_groups
 from axon.lower.program import Expr, Ref, Stmt, TileInstr, tile_ref
 from axon.lower.state import LoweringState, for_j, j_off
@@ -182,7 +182,8 @@ def prepare_group(st: LoweringState, sink_node: Any) -> Any:
                 last_read[v] = i
     n = len(alt.steps)
     dying = _dying_leaves(st, grp, f)
-    sink_leaf = next(
+    placed = concat_slot(st, sink_node) if kinds[("step", n - 1)] == "full" else None
+    sink_leaf = None if placed is not None else next(
         (
             leaf
             for leaf, v in dying.items()
@@ -192,7 +193,9 @@ def prepare_group(st: LoweringState, sink_node: Any) -> Any:
         ),
         None,
     )
-    if sink_leaf is not None:
+    if placed is not None:
+        sink_view = placed
+    elif sink_leaf is not None:
         sink_view = st.views[sink_node.id] = dying.pop(sink_leaf)
     else:
         sink_view = new_view(st, sink_node)

@@ -17,6 +17,7 @@ from typing import Any
 
 from axon.ir import Graph
 from axon.lower.elementwise import lower_node, release
+from axon.lower.fold import fold_pass, folded_rows
 from axon.lower.fused import lower_group, plan_groups
 from axon.lower.matmul import lower_matmul, prepare_weights
 from axon.lower.passes import Pass, materializable, matmul_cuts, normalize, scratch_name, split
@@ -207,7 +208,8 @@ def _lower_pass(
 ) -> tuple[list[Stmt], list[Tensor]]:
     g = p.graph
     roles = classify(g)
-    rows = roles.rows
+    fold = int(knobs.get("fold", 1))
+    rows = folded_rows(g, roles, fold) if fold > 1 else roles.rows
     tm = min(int(knobs["tile_m"]), rows, int(hw.memory.partitions))
     mb = int(knobs["m_block"])
     if rows < tm * mb:
@@ -225,6 +227,8 @@ def _lower_pass(
     for nid in sorted(roles.weight):
         batch_prep.extend(prepare_weights(st, nid))
     nblocks, tail = divmod(rows, tm * st.mb)
+    st.__dict__["single_block"] = nblocks == 1 and not tail and bool(roles.batch)
+    st.__dict__["nblocks"] = nblocks
     st.__dict__["seq"] = []
     block = _row_block(st, p) if nblocks else []
     tail_block: list[Stmt] = []
@@ -238,12 +242,16 @@ def _lower_pass(
             st.__dict__["replay"] = iter(seq)
         st.tm, st.__dict__["tail_base"] = tail, nblocks * tm * st.mb
         tail_block = [Comment(f"last row block: {tail} rows")] + _row_block(st, p)
-    stmts: list[Stmt] = [TileAlloc(t) for t in st.allocs] + pre
+    stmts: list[Stmt] = [TileAlloc(t) for t in st.allocs] + pre + st.__dict__.get("hoisted", [])
     inner: list[Stmt] = (
         batch_prep + ([TileLoop("i_r", nblocks, tuple(block), "row_block")] if nblocks else []) + tail_block
     )
     for i in reversed(range(len(roles.batch))):
         inner = [TileLoop(f"i_b{i}", roles.batch[i], tuple(inner), f"batch{i}")]
+    if fold > 1:
+        hbm = {n.attr("name"): g.concrete_shape(n.id) for n in g.inputs}
+        hbm.update({name: g.concrete_shape(o) for name, o in zip(p.writes, g.outputs)})
+        return fold_pass(stmts + inner, st.allocs, fold, hbm)
     return stmts + inner, st.allocs
 
 

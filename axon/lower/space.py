@@ -9,7 +9,8 @@ contraction before the next; `kn2`/`kn4`: K outer over a group of 2 or 4 n tiles
 once in separate PSUM banks, their moving tiles brought by one DMA per K tile), `transpose`
 (stationary operands transposed on TensorE or by DMA; inputs already laid out [K, M] need neither),
 `weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
-by VectorE or ScalarE), and `isel.<group>` (the verified instruction alternatives of each fused
+by VectorE or ScalarE), `fold` (consecutive rows per partition, for graphs elementwise over rows:
+`axon.lower.fold`), and `isel.<group>` (the verified instruction alternatives of each fused
 elementwise group). Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
 The default point is the documented heuristic: fused, largest legal tiles, no blocking, n-outer
 loop order, single buffers, TensorE transposes, streamed weights.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from axon.errors import AxonError
+from axon.lower.fold import FOLD_CHOICES, fold_blocker
 from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
 from axon.lower.passes import materializable, matmul_cuts, normalize, split
@@ -89,6 +91,8 @@ class Space:
             Knob("m_block", (1, 2, 4)),
             Knob("bufs", (1, 2, 3)),
         ]
+        if fold_blocker(g) is None:  # every value elementwise over rows: rows may share a partition
+            knobs.append(Knob("fold", FOLD_CHOICES))
         needs_transpose = has_mm or any(n.op == "transpose" for n in g.nodes)
         if has_mm:
             knobs += [
