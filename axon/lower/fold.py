@@ -24,7 +24,7 @@ from axon.ir.ops import BINARY, UNARY
 from axon.lower.program import Affine, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop
 from axon.lower.roles import LoweringError, Roles, classify
 
-FOLD_CHOICES = (1, 4, 16, 32)
+FOLD_CHOICES = (1, 2, 4, 8, 16, 32)
 _ROW_OPS = frozenset({"input", "slice", "concat", "cast", "pow"}) | frozenset(UNARY) | frozenset(BINARY)
 
 

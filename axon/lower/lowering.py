@@ -17,6 +17,7 @@ from typing import Any
 
 from axon.ir import Graph
 from axon.lower.elementwise import lower_node, release
+from axon.lower.engines import offload_tensor_scalars
 from axon.lower.fold import fold_pass, folded_rows
 from axon.lower.fused import lower_group, plan_groups
 from axon.lower.matmul import lower_matmul, prepare_weights
@@ -248,11 +249,12 @@ def _lower_pass(
     )
     for i in reversed(range(len(roles.batch))):
         inner = [TileLoop(f"i_b{i}", roles.batch[i], tuple(inner), f"batch{i}")]
+    body = offload_tensor_scalars(stmts + inner, str(knobs.get("offload", "none")))
     if fold > 1:
         hbm = {n.attr("name"): g.concrete_shape(n.id) for n in g.inputs}
         hbm.update({name: g.concrete_shape(o) for name, o in zip(p.writes, g.outputs)})
-        return fold_pass(stmts + inner, st.allocs, fold, hbm)
-    return stmts + inner, st.allocs
+        return fold_pass(body, st.allocs, fold, hbm)
+    return body, st.allocs
 
 
 def _row_block(st: LoweringState, p: Pass) -> list[Stmt]:
