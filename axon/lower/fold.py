@@ -22,15 +22,23 @@ from typing import Any
 from axon.ir import Graph
 from axon.ir.ops import BINARY, UNARY
 from axon.lower.program import Affine, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop
-from axon.lower.roles import LoweringError, Roles, classify
+from axon.lower.roles import LoweringError, NeedCut, Roles, classify
 
 FOLD_CHOICES = (1, 2, 4, 8, 16, 32)
+_BLOCKING = frozenset({"matmul", "reduce", "transpose", "repeat", "reshape"})
 _ROW_OPS = frozenset({"input", "slice", "concat", "cast", "pow"}) | frozenset(UNARY) | frozenset(BINARY)
 
 
 def fold_blocker(graph: Graph, roles: Roles | None = None) -> str | None:
     """None if every value of `graph` is elementwise over rows (so rows may be folded); else why not."""
-    roles = roles if roles is not None else classify(graph)
+    for node in graph.nodes:
+        if node.op in _BLOCKING:
+            return f"%{node.id} {node.op} is not elementwise over rows"
+    if roles is None:
+        try:
+            roles = classify(graph)
+        except NeedCut as cut:
+            return f"%{cut.node} needs a pass of its own"
     for nid, role in roles.role.items():
         if role == "scalar":
             continue

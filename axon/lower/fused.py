@@ -9,11 +9,12 @@ Which alternative a point uses is its `isel.g<sink>` knob (default 0: fewest ins
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import OrderedDict
 from typing import Any
 
 from axon.ir import Graph
-from axon.lower.elementwise import concat_slot, new_view, operand, out_dtype, own, slot_dies
+from axon.lower.elementwise import concat_slot, iteration, new_view, operand, out_dtype, own, slot_dies
 from axon.lower.groups import fused_groups
 from axon.lower.program import Expr, Ref, Stmt, TileInstr, tile_ref
 from axon.lower.state import LoweringState, for_j, j_off
@@ -123,6 +124,8 @@ def _arg(
         return results[v[1]]
     if isinstance(v, tuple) and v[0] == "imm":
         return float(v[1])
+    if isinstance(v, tuple) and v[0] == "sqrt":
+        return math.sqrt(v[1])
     return v
 
 
@@ -288,10 +291,14 @@ def _borrow(st: LoweringState, stem: str, free: int, borrowed: list, stride: int
             pool.remove(entry)
             borrowed.append(entry)
             return entry[0], entry[2], stride
-    t = st.tile(stem, st.tm, free, "float32")
-    own(st, t.name, free, "float32", Expr.of(0))
-    borrowed.append((t.name, (free, "float32"), Expr.of(0)))
-    return t.name, Expr.of(0), stride
+    bufs = max(1, int(st.knobs.get("bufs", 1))) if st.__dict__.get("rotate_temps") else 1
+    t = st.tile(stem, st.tm, bufs * free, "float32")
+    # rotating like the loads (not in the ragged last block, which replays these tiles unrotated): the
+    # next row block's steps need not wait for this one's readers of the slot
+    base = Expr.of(iteration(st).modulo(bufs, free)) if bufs > 1 and st.__dict__.get("tail_base") is None else Expr.of(0)
+    own(st, t.name, free, "float32", base, rotates=bufs > 1)
+    borrowed.append((t.name, (free, "float32"), base))
+    return t.name, base, stride
 
 
 def _named(key: str, v: Any, opcode: str) -> Any:

@@ -59,15 +59,16 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
     >>> prog.stats().instructions["dma"] > 0
     True
     """
-    try:
-        return _lower(variant, point, hw, reuse="rotating")
-    except Rejected as exc:
-        if not str(exc).startswith("sbuf:"):
-            raise
-        return _lower(variant, point, hw, reuse="all")
+    for temps in (True, False):  # step results of fused groups rotate like the loads, where SBUF allows
+        try:
+            return _lower(variant, point, hw, reuse="rotating", rotate_temps=temps)
+        except Rejected as exc:
+            if not str(exc).startswith("sbuf:"):
+                raise
+    return _lower(variant, point, hw, reuse="all")
 
 
-def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
+def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = False) -> TileProgram:
     """`lower` with a slot-reuse policy. A value may take over the slot of an operand read for the
     last time; "rotating" allows it only for slots that rotate with the row block (a fixed slot
     taken over stays live until its new value is read, so the next row block's writer of the
@@ -85,7 +86,7 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
     kernel_allocs: list[Tensor] = []  # on-chip buffers are shared by passes (allocated once, reused)
     for i, p in enumerate(passes):
         prefix = f"p{i}_" if len(passes) > 1 else ""
-        stmts, allocs = _lower_pass(p, knobs, hw, prefix, reuse)
+        stmts, allocs = _lower_pass(p, knobs, hw, prefix, reuse, rotate_temps)
         stmts = _share_buffers(stmts, allocs, kernel_allocs)
         body.append(Comment(f"pass {i}: computes {', '.join(p.writes)}"))
         body.extend(stmts)
@@ -205,7 +206,7 @@ def _cuts(graph: Graph, fusion: Any) -> set[int]:
 
 
 def _lower_pass(
-    p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all"
+    p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all", rotate_temps: bool = False
 ) -> tuple[list[Stmt], list[Tensor]]:
     g = p.graph
     roles = classify(g)
@@ -219,6 +220,8 @@ def _lower_pass(
         raise Rejected(f"m_block: {rows} rows of {g.name} are not a multiple of tile_m*m_block={tm * mb}")
     st = LoweringState(prefix, knobs, hw, g, roles, tm, mb)
     st.__dict__["reuse"] = reuse
+    # only in passes without matmuls: elementwise chains, which otherwise serialize row blocks on their temps
+    st.__dict__["rotate_temps"] = rotate_temps and not any(n.op == "matmul" for n in g.nodes)
     plan_groups(st, p.origin)
     pre: list[Stmt] = []
     for nid, role in sorted(roles.role.items()):
