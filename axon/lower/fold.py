@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from axon.ir import Graph
+from axon.ir import Dim, Graph
 from axon.ir.ops import BINARY, UNARY
 from axon.lower.program import Affine, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop
 from axon.lower.roles import LoweringError, NeedCut, Roles, classify
@@ -157,3 +157,74 @@ def _split(e: Expr, w: int, what: str) -> tuple[Expr, int]:
         else:
             raise LoweringError(f"fold: offset of {what} is not in whole slots of {w}")
     return Expr(tuple(parts) or (Affine(),)), start
+
+
+# column split: the opposite layout -------------------------------------------------------------------
+
+SPLIT_CHOICES = (1, 2, 4)
+
+
+def split_blocker(graph: Graph) -> str | None:
+    """None if `graph` may be lowered with each row cut into `split` rows of F/split columns: every
+    value elementwise over rows, no slice or concat (columns are independent), and every row value
+    [..., R, F] with the same two plain dimension symbols R and F (so rebinding them reshapes all)."""
+    why = fold_blocker(graph)
+    if why is not None:
+        return why
+    roles = classify(graph)
+    axes = set()
+    for nid, role in roles.role.items():
+        node = graph.nodes[nid]
+        if role == "scalar":
+            continue
+        if node.op in ("slice", "concat"):
+            return f"%{nid} {node.op} mixes columns"
+        axes.add(tuple(_symbol(d) for d in node.shape[-2:]))
+    if len(axes) != 1 or None in next(iter(axes)):
+        return "row values do not share plain row and column dimensions"
+    return None
+
+
+def _symbol(d: Any) -> str | None:
+    names = getattr(d, "symbols", frozenset())
+    if len(names) != 1:
+        return None
+    name = next(iter(names))
+    return name if d == Dim.sym(name) else None
+
+
+def split_graph(graph: Graph, split: int) -> Graph:
+    """`graph` rebound so that each row of F columns is `split` rows of F/split (LoweringError if it
+    cannot be); the HBM tensors are the same bytes, viewed [..., R*split, F/split] (`split_refs`)."""
+    why = split_blocker(graph)
+    if why is not None:
+        raise LoweringError(f"split: {graph.name}: {why}")
+    node = next(n for n in graph.nodes if n.op == "input" and len(n.shape) >= 2)
+    rows, cols = (_symbol(d) for d in node.shape[-2:])
+    b = graph.bindings
+    assert rows is not None and cols is not None  # split_blocker checked
+    if b[cols] % split:
+        raise LoweringError(f"split: {b[cols]} columns of {graph.name} are not a multiple of split={split}")
+    return graph.memo(("split", split), lambda: graph.bind(**{rows: b[rows] * split, cols: b[cols] // split}))
+
+
+def split_refs(stmts: list[Stmt], shapes: dict[str, tuple[int, ...]]) -> list[Stmt]:
+    """View every HBM tensor named in `shapes` with that (split) shape: `t.reshape(shape)[...]`."""
+
+    def ref(r: Ref) -> Ref:
+        if r.tensor not in shapes:
+            return r
+        if r.reshape:
+            raise LoweringError(f"split: {r.render()} is already reshaped")
+        return Ref(r.tensor, r.index, shapes[r.tensor])
+
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, TileLoop):
+            out.append(dataclasses.replace(s, body=tuple(split_refs(list(s.body), shapes))))
+        elif isinstance(s, TileInstr):
+            args = tuple((k, ref(v) if isinstance(v, Ref) else v) for k, v in s.args)
+            out.append(dataclasses.replace(s, dst=ref(s.dst), args=args))
+        else:
+            out.append(s)
+    return out

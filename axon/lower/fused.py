@@ -16,7 +16,7 @@ from typing import Any
 from axon.ir import Graph
 from axon.lower.elementwise import concat_slot, iteration, new_view, operand, out_dtype, own, slot_dies
 from axon.lower.groups import fused_groups
-from axon.lower.program import Expr, Ref, Stmt, TileInstr, tile_ref
+from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
 from axon.lower.state import LoweringState, for_j, j_off
 from axon.synth.isel import synthesize_instructions
 
@@ -276,7 +276,14 @@ def lower_group(st: LoweringState, sink_node: Any) -> list[Stmt]:
     if sink_node.id in st.__dict__.get("evacuated", ()):
         return []  # already computed while its matmul's PSUM tiles were evacuated
     emit = prepare_group(st, sink_node)
-    stmts = for_j(st, emit)
+    if st.mb > 1 and st.knobs.get("interleave", False):
+        # step-major: each step for every row tile of the block before the next step, so an engine
+        # has the other tiles' work queued while it waits for another engine on this one (each row
+        # tile's values have their own slots; a reduction's discarded output is the only shared one)
+        j = Expr.of(Affine.of("i_j"))
+        stmts: list[Stmt] = [TileLoop("i_j", st.mb, (ins,), "row_tile") for ins in emit(j)]
+    else:
+        stmts = for_j(st, emit)
     st.__dict__.setdefault("pool", []).extend(emit.borrowed)  # step results are dead once the sink is written
     return stmts
 

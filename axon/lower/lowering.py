@@ -18,7 +18,7 @@ from typing import Any
 from axon.ir import Graph
 from axon.lower.elementwise import lower_node, release
 from axon.lower.engines import offload_tensor_scalars
-from axon.lower.fold import fold_pass, folded_rows
+from axon.lower.fold import fold_pass, folded_rows, split_graph, split_refs
 from axon.lower.fused import lower_group, plan_groups
 from axon.lower.matmul import lower_matmul, prepare_weights
 from axon.lower.passes import Pass, materializable, matmul_cuts, normalize, scratch_name, split
@@ -209,6 +209,15 @@ def _lower_pass(
     p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all", rotate_temps: bool = False
 ) -> tuple[list[Stmt], list[Tensor]]:
     g = p.graph
+    split = int(knobs.get("split", 1))
+    if split > 1:  # each row as `split` rows of F/split columns: the pass lowered on the rebound graph
+        if int(knobs.get("fold", 1)) > 1:
+            raise LoweringError("split: rows cannot be split and folded at once")
+        g2 = split_graph(g, split)
+        stmts, allocs = _lower_pass(dataclasses.replace(p, graph=g2), {**knobs, "split": 1}, hw, prefix, reuse, rotate_temps)
+        shapes = {n.attr("name"): g2.concrete_shape(n.id) for n in g2.inputs}
+        shapes.update({name: g2.concrete_shape(o) for name, o in zip(p.writes, g2.outputs)})
+        return split_refs(stmts, shapes), allocs
     roles = classify(g)
     fold = int(knobs.get("fold", 1))
     rows = folded_rows(g, roles, fold) if fold > 1 else roles.rows

@@ -10,7 +10,8 @@ once in separate PSUM banks, their moving tiles brought by one DMA per K tile), 
 (stationary operands transposed on TensorE or by DMA; inputs already laid out [K, M] need neither),
 `weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
 by VectorE or ScalarE), `fold` (consecutive rows per partition, for graphs elementwise over rows:
-`axon.lower.fold`), `offload` (VectorE tensor_scalars moved to ScalarE: `axon.lower.engines`), and `isel.<group>` (the verified instruction alternatives of each fused
+`axon.lower.fold`; `split`: each row cut into shorter rows, the other way), `offload` (VectorE tensor_scalars moved to ScalarE: `axon.lower.engines`), `interleave` (a fused
+group's steps issued step-major over the m_block row tiles, so engines overlap across tiles), and `isel.<group>` (the verified instruction alternatives of each fused
 elementwise group). Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
 The default point is the documented heuristic: fused, largest legal tiles, no blocking, n-outer
 loop order, single buffers, TensorE transposes, streamed weights.
@@ -27,7 +28,7 @@ from typing import Any
 
 from axon.errors import AxonError
 from axon.lower.engines import OFFLOAD_CHOICES
-from axon.lower.fold import FOLD_CHOICES, fold_blocker
+from axon.lower.fold import FOLD_CHOICES, SPLIT_CHOICES, fold_blocker, split_blocker
 from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
 from axon.lower.passes import materializable, matmul_cuts, normalize, split
@@ -92,10 +93,13 @@ class Space:
             Knob("m_block", (1, 2, 4)),
             Knob("bufs", (1, 2, 3)),
         ]
-        if not has_mm:  # VectorE tensor_scalars moved to ScalarE (an elementwise kernel's idle engine)
-            knobs.append(Knob("offload", OFFLOAD_CHOICES))
+        if not has_mm:  # VectorE tensor_scalars moved to ScalarE (an elementwise kernel's idle engine),
+            knobs.append(Knob("offload", OFFLOAD_CHOICES))  # fused steps issued step-major over a block
+            knobs.append(Knob("interleave", (False, True)))
         if fold_blocker(g) is None:  # every value elementwise over rows: rows may share a partition
             knobs.append(Knob("fold", FOLD_CHOICES))
+            if split_blocker(g) is None:  # ... or be cut into shorter rows (more row blocks in flight)
+                knobs.append(Knob("split", SPLIT_CHOICES))
         needs_transpose = has_mm or any(n.op == "transpose" for n in g.nodes)
         if has_mm:
             knobs += [

@@ -97,3 +97,40 @@ def test_offload_moves_full_tile_tensor_scalars_to_scalar_engine(mode):
     assert all(i.arg("engine") == "nisa.scalar_engine" for i in moved)
     assert "engine=nisa.scalar_engine" in src
     assert offload_tensor_scalars(list(prog.body), "none") == list(prog.body)
+
+
+def test_group_temporaries_rotate_with_the_loads_in_an_elementwise_pass():
+    graph = get("gelu").graph("small")
+    prog, src = _check(graph, {"bufs": 2})
+    temps = {t.name: t for t in prog.tensors().values() if t.buffer == "sbuf" and "_s" in t.name}
+    assert temps and all(t.shape[1] == 2 * 512 for t in temps.values())  # two slots of a row each
+    writes = [i.dst for i in _instrs(prog.body) if i.dst.tensor in temps]
+    assert writes and all("% 2" in r.render() for r in writes)
+    _check(get("gelu").graph("small", M=200), {"bufs": 2, "m_block": 2})  # and in a ragged last block
+
+
+def test_split_rows_view_hbm_as_shorter_rows_and_match():
+    graph = get("gelu").graph("small")  # x [M=256, N=512]
+    assert "split" in [k.name for k in Space(graph, HW, isel={}).knobs]
+    assert "split" not in [k.name for k in Space(get("rope").graph("small"), HW, isel={}).knobs]  # slices
+    prog, src = _check(graph, {"split": 4, "bufs": 2})
+    assert "x.reshape((1024, 128))" in src and "out.reshape((1024, 128))" in src
+    assert prog.inputs[0].shape == (256, 512)  # the kernel still takes x as given
+    _check(get("adamw").graph("small", M=200), {"split": 2, "fusion": "unfused"})
+    with pytest.raises(LoweringError, match="split"):
+        lower(graph, {"split": 2, "fold": 2}, HW)
+
+
+def test_interleave_issues_each_step_for_every_row_tile_of_the_block():
+    graph = get("gelu").graph("small")
+    prog, _ = _check(graph, {"m_block": 2, "interleave": True})
+    loops = [s for s in _all_loops(prog.body) if s.name == "row_tile"]
+    assert len(loops) >= 5 and all(len(loop.body) == 1 for loop in loops)  # one step per row-tile loop
+    _check(get("layernorm").graph("small"), {"m_block": 2, "interleave": True})  # with reductions
+
+
+def _all_loops(stmts):
+    for s in stmts:
+        if isinstance(s, TileLoop):
+            yield s
+            yield from _all_loops(s.body)
