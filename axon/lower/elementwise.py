@@ -206,7 +206,9 @@ def lower_node(st: LoweringState, node: Node) -> list[Stmt]:
                 src = st.views[i]
                 if (src.tensor, src.base, src.jstride) != (v.tensor, v.base + at, v.jstride):
                     out.append(
-                        TileInstr("tensor_copy", "vector", v.ref(j, st.tm, at, w), (("src", src.ref(j, st.tm)),), "concat")
+                        TileInstr(
+                            "tensor_copy", "vector", v.ref(j, st.tm, at, w), (("src", src.ref(j, st.tm)),), "concat"
+                        )
                     )
                 at += w
             return out

@@ -131,7 +131,9 @@ class _Rewrite:
                 raise LoweringError(f"fold: {r.render()} is already reshaped")
             shape = self.hbm[r.tensor]
             idx = r.index
-            return Ref(r.tensor, (*idx[:-1], axis, idx[-1]), (*shape[:-2], shape[-2] // self.fold, self.fold, shape[-1]))
+            return Ref(
+                r.tensor, (*idx[:-1], axis, idx[-1]), (*shape[:-2], shape[-2] // self.fold, self.fold, shape[-1])
+            )
         if r.tensor not in self.shapes or len(r.index) != 2:
             raise LoweringError(f"fold: cannot fold {r.render()}")
         (f0, nf) = r.index[1]
@@ -186,7 +188,7 @@ def split_blocker(graph: Graph) -> str | None:
 
 
 def _symbol(d: Any) -> str | None:
-    names = getattr(d, "symbols", frozenset())
+    names: frozenset[str] = getattr(d, "symbols", frozenset())
     if len(names) != 1:
         return None
     name = next(iter(names))

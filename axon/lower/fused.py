@@ -186,15 +186,19 @@ def prepare_group(st: LoweringState, sink_node: Any) -> Any:
     n = len(alt.steps)
     dying = _dying_leaves(st, grp, f)
     placed = concat_slot(st, sink_node) if kinds[("step", n - 1)] == "full" else None
-    sink_leaf = None if placed is not None else next(
-        (
-            leaf
-            for leaf, v in dying.items()
-            if kinds[("step", n - 1)] == "full"
-            and v.dtype == out_dtype(st, sink_node)
-            and v.width == g.concrete_shape(sink_node.id)[-1]
-        ),
-        None,
+    sink_leaf = (
+        None
+        if placed is not None
+        else next(
+            (
+                leaf
+                for leaf, v in dying.items()
+                if kinds[("step", n - 1)] == "full"
+                and v.dtype == out_dtype(st, sink_node)
+                and v.width == g.concrete_shape(sink_node.id)[-1]
+            ),
+            None,
+        )
     )
     if placed is not None:
         sink_view = placed
@@ -302,7 +306,9 @@ def _borrow(st: LoweringState, stem: str, free: int, borrowed: list, stride: int
     t = st.tile(stem, st.tm, bufs * free, "float32")
     # rotating like the loads (not in the ragged last block, which replays these tiles unrotated): the
     # next row block's steps need not wait for this one's readers of the slot
-    base = Expr.of(iteration(st).modulo(bufs, free)) if bufs > 1 and st.__dict__.get("tail_base") is None else Expr.of(0)
+    base = (
+        Expr.of(iteration(st).modulo(bufs, free)) if bufs > 1 and st.__dict__.get("tail_base") is None else Expr.of(0)
+    )
     own(st, t.name, free, "float32", base, rotates=bufs > 1)
     borrowed.append((t.name, (free, "float32"), base))
     return t.name, base, stride

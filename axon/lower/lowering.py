@@ -214,10 +214,12 @@ def _lower_pass(
         if int(knobs.get("fold", 1)) > 1:
             raise LoweringError("split: rows cannot be split and folded at once")
         g2 = split_graph(g, split)
-        stmts, allocs = _lower_pass(dataclasses.replace(p, graph=g2), {**knobs, "split": 1}, hw, prefix, reuse, rotate_temps)
+        lowered, allocs = _lower_pass(
+            dataclasses.replace(p, graph=g2), {**knobs, "split": 1}, hw, prefix, reuse, rotate_temps
+        )
         shapes = {n.attr("name"): g2.concrete_shape(n.id) for n in g2.inputs}
         shapes.update({name: g2.concrete_shape(o) for name, o in zip(p.writes, g2.outputs)})
-        return split_refs(stmts, shapes), allocs
+        return split_refs(lowered, shapes), allocs
     roles = classify(g)
     fold = int(knobs.get("fold", 1))
     rows = folded_rows(g, roles, fold) if fold > 1 else roles.rows

@@ -10,11 +10,13 @@ once in separate PSUM banks, their moving tiles brought by one DMA per K tile), 
 (stationary operands transposed on TensorE or by DMA; inputs already laid out [K, M] need neither),
 `weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
 by VectorE or ScalarE), `fold` (consecutive rows per partition, for graphs elementwise over rows:
-`axon.lower.fold`; `split`: each row cut into shorter rows, the other way), `offload` (VectorE tensor_scalars moved to ScalarE: `axon.lower.engines`), `interleave` (a fused
-group's steps issued step-major over the m_block row tiles, so engines overlap across tiles), and `isel.<group>` (the verified instruction alternatives of each fused
+`axon.lower.fold`; `split`: each row cut into shorter rows, the other way), `offload` (VectorE
+tensor_scalars moved to ScalarE: `axon.lower.engines`), `interleave` (a fused group's steps issued
+step-major over the m_block row tiles, so engines overlap across tiles), and `isel.<group>` (the
+verified instruction alternatives of each fused
 elementwise group). Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
 The default point is the documented heuristic: fused, largest legal tiles, no blocking, n-outer
-loop order, single buffers, TensorE transposes, streamed weights.
+loop order, single buffers, TensorE transposes, streamed weights, no fold/split/offload/interleave.
 It does not time anything; the tuner ranks points.
 """
 
