@@ -311,6 +311,8 @@ def synthesize_instructions(
         sorted(
             {_IR_TO_ACT[g.nodes[n].op] for n in group.nodes if g.nodes[n].op in _IR_TO_ACT}
             | {"exp", "square", "rsqrt", "reciprocal"}
+            # a group with exp may be a logistic form, one ScalarE instruction (x / (1 + exp(-x)) = silu(x))
+            | ({"sigmoid", "silu"} if any(g.nodes[n].op == "exp" for n in group.nodes) else set())
         )
     )
     checker = _Checker(group)

@@ -115,3 +115,12 @@ def test_balanced_alternatives_follow_the_shortest_ones():
     more = synthesize_instructions(grp, max_alternatives=2, extra_balanced=2)
     assert more[:2] == shortest and len(more) <= 4
     assert all(balance_cost(a.steps) < balance_cost(shortest[0].steps) for a in more[2:])
+
+
+def test_a_logistic_form_is_one_silu_activation():
+    group = _output_group("silu")  # x / (1 + exp(-x))
+    best = synthesize_instructions(group)[0]
+    assert [(s.opcode, s.arg("op")) for s in best.steps] == [("activation", "silu")]
+    rmsnorm = [x for x in fused_groups(get("rmsnorm").graph("small")) if len(x.nodes) > 1]
+    for grp in rmsnorm:  # no exp: no logistic activation is tried
+        assert all(s.arg("op") not in ("silu", "sigmoid") for a in synthesize_instructions(grp) for s in a.steps)
