@@ -25,6 +25,9 @@ from axon.lower.program import Affine, Expr, Ref, Stmt, Tensor, TileAlloc, TileI
 from axon.lower.roles import LoweringError, NeedCut, Roles, classify
 
 FOLD_CHOICES = (1, 2, 4, 8, 16, 32)
+# Folding pays where a partition's row is short next to a DMA descriptor's fixed cost; past this many
+# bytes per partition a transfer is already mostly bandwidth, so larger folds only cost SBUF
+FOLD_MAX_BYTES = 16384
 _BLOCKING = frozenset({"matmul", "reduce", "transpose", "repeat", "reshape"})
 _ROW_OPS = frozenset({"input", "slice", "concat", "cast", "pow"}) | frozenset(UNARY) | frozenset(BINARY)
 
@@ -51,6 +54,15 @@ def fold_blocker(graph: Graph, roles: Roles | None = None) -> str | None:
         if len(shape) < 2 or shape[-1] <= 1 or shape[-2] != roles.rows:
             return f"%{nid} {node.op} of shape {shape} is not a full row value"
     return None
+
+
+def fold_choices(graph: Graph) -> tuple[int, ...]:
+    """The folds worth offering for `graph` (() if it cannot fold): those keeping a partition's
+    folded row (its widest value, as fp32) within FOLD_MAX_BYTES, 1 included."""
+    if fold_blocker(graph) is not None:
+        return ()
+    widest = max(graph.concrete_shape(n.id)[-1] for n in graph.nodes if len(graph.concrete_shape(n.id)) >= 2)
+    return tuple(k for k in FOLD_CHOICES if k == 1 or k * widest * 4 <= FOLD_MAX_BYTES)
 
 
 def folded_rows(graph: Graph, roles: Roles, fold: int) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 
 from axon.errors import AxonError
 from axon.lower.engines import OFFLOAD_CHOICES
-from axon.lower.fold import FOLD_CHOICES, SPLIT_CHOICES, fold_blocker, split_blocker
+from axon.lower.fold import SPLIT_CHOICES, fold_choices, split_blocker
 from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
 from axon.lower.passes import materializable, matmul_cuts, normalize, split
@@ -98,10 +98,11 @@ class Space:
         if not has_mm:  # VectorE tensor_scalars moved to ScalarE (an elementwise kernel's idle engine),
             knobs.append(Knob("offload", OFFLOAD_CHOICES))  # fused steps issued step-major over a block
             knobs.append(Knob("interleave", (False, True)))
-        if fold_blocker(g) is None:  # every value elementwise over rows: rows may share a partition
-            knobs.append(Knob("fold", FOLD_CHOICES))
-            if split_blocker(g) is None:  # ... or be cut into shorter rows (more row blocks in flight)
-                knobs.append(Knob("split", SPLIT_CHOICES))
+        folds = fold_choices(g)  # every value elementwise over rows: short rows may share a partition
+        if len(folds) > 1:
+            knobs.append(Knob("fold", folds))
+        if folds and split_blocker(g) is None:  # ... or rows be cut shorter (more row blocks in flight)
+            knobs.append(Knob("split", SPLIT_CHOICES))
         needs_transpose = has_mm or any(n.op == "transpose" for n in g.nodes)
         if has_mm:
             knobs += [

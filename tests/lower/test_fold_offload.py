@@ -10,7 +10,7 @@ import axon.nki
 from axon.ir import max_rel_error, reference_case
 from axon.lower import LoweringError, emit, interpret, lower
 from axon.lower.engines import offload_tensor_scalars
-from axon.lower.fold import _split, fold_blocker
+from axon.lower.fold import _split, fold_blocker, fold_choices
 from axon.lower.program import Affine, Expr, TileInstr, TileLoop
 from axon.lower.space import Space
 from axon.target import load_hw
@@ -134,3 +134,11 @@ def _all_loops(stmts):
         if isinstance(s, TileLoop):
             yield s
             yield from _all_loops(s.body)
+
+
+def test_fold_is_offered_only_for_rows_short_enough_to_gain():
+    assert fold_choices(get("rope").graph("default")) == (1, 2, 4, 8, 16, 32)  # 512 B rows
+    assert fold_choices(get("adamw").graph("default")) == (1, 2)  # 8 KB rows
+    assert fold_choices(get("silu").graph("default")) == (1,)  # 28 KB rows: no fold knob
+    assert "fold" not in [k.name for k in Space(get("silu").graph("default"), HW, isel={}).knobs]
+    assert fold_choices(get("layernorm").graph("small")) == ()
