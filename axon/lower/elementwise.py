@@ -79,10 +79,12 @@ def load_input(st: LoweringState, node: Node) -> list[Stmt]:
     g = st.graph
     shape = g.concrete_shape(node.id)
     f = shape[-1]
+    if loop_invariant(st, node):
+        return hoist_load(st, node)
     bufs = max(1, int(st.knobs["bufs"]))
     t = st.tile(f"{node.attr('name')}_sb", st.tm, bufs * st.mb * f, node.type.dtype)
     rotate = bufs > 1 and st.__dict__.get("tail_base") is None
-    base = Expr.of(Affine.of("i_r").modulo(bufs, st.mb * f)) if rotate else Expr.of(0)
+    base = Expr.of(iteration(st).modulo(bufs, st.mb * f)) if rotate else Expr.of(0)
     v = View(t.name, f, base, f, t.dtype)
     st.views[node.id] = v
     own(st, t.name, st.mb * f, t.dtype, base, rotates=bufs > 1)
@@ -92,6 +94,43 @@ def load_input(st: LoweringState, node: Node) -> list[Stmt]:
         return [TileInstr("dma_copy", "dma", v.ref(j, st.tm), (("src", src),), f"load {node.attr('name')}")]
 
     return for_j(st, body)
+
+
+def iteration(st: LoweringState) -> Affine:
+    """The row block's index counted over the batch loops too (i_r when there are none), so a
+    rotating load alternates buffers from one batch iteration to the next even when a batch's rows
+    are one block."""
+    nblocks = int(st.__dict__.get("nblocks", 1))
+    if not st.roles.batch or nblocks % max(1, int(st.knobs["bufs"])) == 0:
+        return Affine.of("i_r")  # the same buffer sequence: i_b * nblocks adds whole turns
+    terms, scale = [("i_r", 1)], nblocks
+    for i in reversed(range(len(st.roles.batch))):
+        terms.append((f"i_b{i}", scale))
+        scale *= st.roles.batch[i]
+    return Affine(tuple(sorted(terms)))
+
+
+def loop_invariant(st: LoweringState, node: Node) -> bool:
+    """Whether input `node` is the same tile in every iteration of the pass's loops: it has no batch
+    axis while the pass has some, and one row block covers a batch's rows (`single_block`)."""
+    return bool(st.__dict__.get("single_block")) and len(st.graph.concrete_shape(node.id)) == 2
+
+
+def hoist_load(st: LoweringState, node: Node) -> list[Stmt]:
+    """Load a loop-invariant input once, before the batch loops (collected in `hoisted`), into a
+    tile of its own that no other value takes over (it is not an owned slot)."""
+    shape = st.graph.concrete_shape(node.id)
+    f = shape[-1]
+    t = st.tile(f"{node.attr('name')}_sb", st.tm, st.mb * f, node.type.dtype)
+    v = View(t.name, f, Expr.of(0), f, t.dtype)
+    st.views[node.id] = v
+
+    def body(j: Expr) -> list[Stmt]:
+        src = hbm_ref(st, node.attr("name"), (), j_off(j, st.tm), st.tm, 0, f, shape)
+        return [TileInstr("dma_copy", "dma", v.ref(j, st.tm), (("src", src),), f"load {node.attr('name')} once")]
+
+    st.__dict__.setdefault("hoisted", []).extend(for_j(st, body))
+    return []
 
 
 def load_transposed(st: LoweringState, node: Node) -> list[Stmt]:
@@ -157,24 +196,47 @@ def lower_node(st: LoweringState, node: Node) -> list[Stmt]:
         st.views[node.id] = st.views[node.inputs[0]]
         return []
     if op == "concat":
-        v = new_view(st, node)
+        v = st.views.get(node.id) or new_view(st, node)  # allocated early if an input was placed in it
 
         def cbody(j: Expr) -> list[Stmt]:
             out: list[Stmt] = []
             at = 0
             for i in node.inputs:
                 w = g.concrete_shape(i)[-1]
-                out.append(
-                    TileInstr(
-                        "tensor_copy", "vector", v.ref(j, st.tm, at, w), (("src", st.views[i].ref(j, st.tm)),), "concat"
+                src = st.views[i]
+                if (src.tensor, src.base, src.jstride) != (v.tensor, v.base + at, v.jstride):
+                    out.append(
+                        TileInstr(
+                            "tensor_copy", "vector", v.ref(j, st.tm, at, w), (("src", src.ref(j, st.tm)),), "concat"
+                        )
                     )
-                )
                 at += w
             return out
 
-        return for_j(st, cbody)
-    v = reuse_operand_tile(st, node) or new_view(st, node)
+        return [s for s in for_j(st, cbody) if not (isinstance(s, TileLoop) and not s.body)]
+    v = concat_slot(st, node) or reuse_operand_tile(st, node) or new_view(st, node)
     return for_j(st, lambda j: [single_instruction(st, node, v.ref(j, st.tm), j)])
+
+
+def concat_slot(st: LoweringState, node: Node) -> View | None:
+    """The slice of its concat's tile that `node` may be written into, so that the concat copies nothing.
+
+    Only for a value read by nothing but one concat (once), not a graph output, of the concat's
+    dtype; the concat's tile is allocated when its first such input is placed."""
+    g = st.graph
+    users = [u for u in g.nodes if node.id in u.inputs]
+    if len(users) != 1 or users[0].op != "concat" or users[0].inputs.count(node.id) != 1 or node.id in g.outputs:
+        return None
+    cat = users[0]
+    if st.roles.role.get(cat.id) != "row" or out_dtype(st, cat) != out_dtype(st, node):
+        return None
+    at = 0
+    for i in cat.inputs[: cat.inputs.index(node.id)]:
+        at += g.concrete_shape(i)[-1]
+    cv = st.views.get(cat.id) or new_view(st, cat)
+    v = View(cv.tensor, cv.jstride, cv.base + at, g.concrete_shape(node.id)[-1], cv.dtype)
+    st.views[node.id] = v
+    return v
 
 
 def reuse_operand_tile(st: LoweringState, node: Node) -> View | None:

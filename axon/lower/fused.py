@@ -9,13 +9,14 @@ Which alternative a point uses is its `isel.g<sink>` knob (default 0: fewest ins
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import OrderedDict
 from typing import Any
 
 from axon.ir import Graph
-from axon.lower.elementwise import new_view, operand, out_dtype, own, slot_dies
+from axon.lower.elementwise import concat_slot, iteration, new_view, operand, out_dtype, own, slot_dies
 from axon.lower.groups import fused_groups
-from axon.lower.program import Expr, Ref, Stmt, TileInstr, tile_ref
+from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
 from axon.lower.state import LoweringState, for_j, j_off
 from axon.synth.isel import synthesize_instructions
 
@@ -123,6 +124,8 @@ def _arg(
         return results[v[1]]
     if isinstance(v, tuple) and v[0] == "imm":
         return float(v[1])
+    if isinstance(v, tuple) and v[0] == "sqrt":
+        return math.sqrt(v[1])
     return v
 
 
@@ -182,17 +185,24 @@ def prepare_group(st: LoweringState, sink_node: Any) -> Any:
                 last_read[v] = i
     n = len(alt.steps)
     dying = _dying_leaves(st, grp, f)
-    sink_leaf = next(
-        (
-            leaf
-            for leaf, v in dying.items()
-            if kinds[("step", n - 1)] == "full"
-            and v.dtype == out_dtype(st, sink_node)
-            and v.width == g.concrete_shape(sink_node.id)[-1]
-        ),
-        None,
+    placed = concat_slot(st, sink_node) if kinds[("step", n - 1)] == "full" else None
+    sink_leaf = (
+        None
+        if placed is not None
+        else next(
+            (
+                leaf
+                for leaf, v in dying.items()
+                if kinds[("step", n - 1)] == "full"
+                and v.dtype == out_dtype(st, sink_node)
+                and v.width == g.concrete_shape(sink_node.id)[-1]
+            ),
+            None,
+        )
     )
-    if sink_leaf is not None:
+    if placed is not None:
+        sink_view = placed
+    elif sink_leaf is not None:
         sink_view = st.views[sink_node.id] = dying.pop(sink_leaf)
     else:
         sink_view = new_view(st, sink_node)
@@ -270,7 +280,14 @@ def lower_group(st: LoweringState, sink_node: Any) -> list[Stmt]:
     if sink_node.id in st.__dict__.get("evacuated", ()):
         return []  # already computed while its matmul's PSUM tiles were evacuated
     emit = prepare_group(st, sink_node)
-    stmts = for_j(st, emit)
+    if st.mb > 1 and st.knobs.get("interleave", False):
+        # step-major: each step for every row tile of the block before the next step, so an engine
+        # has the other tiles' work queued while it waits for another engine on this one (each row
+        # tile's values have their own slots; a reduction's discarded output is the only shared one)
+        j = Expr.of(Affine.of("i_j"))
+        stmts: list[Stmt] = [TileLoop("i_j", st.mb, (ins,), "row_tile") for ins in emit(j)]
+    else:
+        stmts = for_j(st, emit)
     st.__dict__.setdefault("pool", []).extend(emit.borrowed)  # step results are dead once the sink is written
     return stmts
 
@@ -285,10 +302,16 @@ def _borrow(st: LoweringState, stem: str, free: int, borrowed: list, stride: int
             pool.remove(entry)
             borrowed.append(entry)
             return entry[0], entry[2], stride
-    t = st.tile(stem, st.tm, free, "float32")
-    own(st, t.name, free, "float32", Expr.of(0))
-    borrowed.append((t.name, (free, "float32"), Expr.of(0)))
-    return t.name, Expr.of(0), stride
+    bufs = max(1, int(st.knobs.get("bufs", 1))) if st.__dict__.get("rotate_temps") else 1
+    t = st.tile(stem, st.tm, bufs * free, "float32")
+    # rotating like the loads (not in the ragged last block, which replays these tiles unrotated): the
+    # next row block's steps need not wait for this one's readers of the slot
+    base = (
+        Expr.of(iteration(st).modulo(bufs, free)) if bufs > 1 and st.__dict__.get("tail_base") is None else Expr.of(0)
+    )
+    own(st, t.name, free, "float32", base, rotates=bufs > 1)
+    borrowed.append((t.name, (free, "float32"), base))
+    return t.name, base, stride
 
 
 def _named(key: str, v: Any, opcode: str) -> Any:

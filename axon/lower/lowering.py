@@ -17,6 +17,8 @@ from typing import Any
 
 from axon.ir import Graph
 from axon.lower.elementwise import lower_node, release
+from axon.lower.engines import offload_tensor_scalars
+from axon.lower.fold import fold_pass, folded_rows, split_graph, split_refs
 from axon.lower.fused import lower_group, plan_groups
 from axon.lower.matmul import lower_matmul, prepare_weights
 from axon.lower.matsum import (
@@ -66,15 +68,16 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
     >>> prog.stats().instructions["dma"] > 0
     True
     """
-    try:
-        return _lower(variant, point, hw, reuse="rotating")
-    except Rejected as exc:
-        if not str(exc).startswith("sbuf:"):
-            raise
-        return _lower(variant, point, hw, reuse="all")
+    for temps in (True, False):  # step results of fused groups rotate like the loads, where SBUF allows
+        try:
+            return _lower(variant, point, hw, reuse="rotating", rotate_temps=temps)
+        except Rejected as exc:
+            if not str(exc).startswith("sbuf:"):
+                raise
+    return _lower(variant, point, hw, reuse="all")
 
 
-def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
+def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = False) -> TileProgram:
     """`lower` with a slot-reuse policy. A value may take over the slot of an operand read for the
     last time; "rotating" allows it only for slots that rotate with the row block (a fixed slot
     taken over stays live until its new value is read, so the next row block's writer of the
@@ -92,7 +95,7 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
     kernel_allocs: list[Tensor] = []  # on-chip buffers are shared by passes (allocated once, reused)
     for i, p in enumerate(passes):
         prefix = f"p{i}_" if len(passes) > 1 else ""
-        stmts, allocs = _lower_pass(p, knobs, hw, prefix, reuse)
+        stmts, allocs = _lower_pass(p, knobs, hw, prefix, reuse, rotate_temps)
         stmts = _share_buffers(stmts, allocs, kernel_allocs)
         body.append(Comment(f"pass {i}: computes {', '.join(p.writes)}"))
         body.extend(stmts)
@@ -212,11 +215,23 @@ def _cuts(graph: Graph, fusion: Any) -> set[int]:
 
 
 def _lower_pass(
-    p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all"
+    p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all", rotate_temps: bool = False
 ) -> tuple[list[Stmt], list[Tensor]]:
     g = p.graph
+    split = int(knobs.get("split", 1))
+    if split > 1:  # each row as `split` rows of F/split columns: the pass lowered on the rebound graph
+        if int(knobs.get("fold", 1)) > 1:
+            raise LoweringError("split: rows cannot be split and folded at once")
+        g2 = split_graph(g, split)
+        lowered, allocs = _lower_pass(
+            dataclasses.replace(p, graph=g2), {**knobs, "split": 1}, hw, prefix, reuse, rotate_temps
+        )
+        shapes = {n.attr("name"): g2.concrete_shape(n.id) for n in g2.inputs}
+        shapes.update({name: g2.concrete_shape(o) for name, o in zip(p.writes, g2.outputs)})
+        return split_refs(lowered, shapes), allocs
     roles = classify(g)
-    rows = roles.rows
+    fold = int(knobs.get("fold", 1))
+    rows = folded_rows(g, roles, fold) if fold > 1 else roles.rows
     tm = min(int(knobs["tile_m"]), rows, int(hw.memory.partitions))
     mb = int(knobs["m_block"])
     if rows < tm * mb:
@@ -225,6 +240,8 @@ def _lower_pass(
         raise Rejected(f"m_block: {rows} rows of {g.name} are not a multiple of tile_m*m_block={tm * mb}")
     st = LoweringState(prefix, knobs, hw, g, roles, tm, mb)
     st.__dict__["reuse"] = reuse
+    # only in passes without matmuls: elementwise chains, which otherwise serialize row blocks on their temps
+    st.__dict__["rotate_temps"] = rotate_temps and not any(n.op == "matmul" for n in g.nodes)
     plan_groups(st, p.origin)
     plan_sums(st)
     pre: list[Stmt] = []
@@ -235,6 +252,8 @@ def _lower_pass(
     for nid in sorted(roles.weight):
         batch_prep.extend(prepare_weights(st, nid))
     nblocks, tail = divmod(rows, tm * st.mb)
+    st.__dict__["single_block"] = nblocks == 1 and not tail and bool(roles.batch)
+    st.__dict__["nblocks"] = nblocks
     st.__dict__["seq"] = []
     block = _row_block(st, p) if nblocks else []
     tail_block: list[Stmt] = []
@@ -248,13 +267,18 @@ def _lower_pass(
             st.__dict__["replay"] = iter(seq)
         st.tm, st.__dict__["tail_base"] = tail, nblocks * tm * st.mb
         tail_block = [Comment(f"last row block: {tail} rows")] + _row_block(st, p)
-    stmts: list[Stmt] = [TileAlloc(t) for t in st.allocs] + pre
+    stmts: list[Stmt] = [TileAlloc(t) for t in st.allocs] + pre + st.__dict__.get("hoisted", [])
     inner: list[Stmt] = (
         batch_prep + ([TileLoop("i_r", nblocks, tuple(block), "row_block")] if nblocks else []) + tail_block
     )
     for i in reversed(range(len(roles.batch))):
         inner = [TileLoop(f"i_b{i}", roles.batch[i], tuple(inner), f"batch{i}")]
-    return stmts + inner, st.allocs
+    body = offload_tensor_scalars(stmts + inner, str(knobs.get("offload", "none")))
+    if fold > 1:
+        hbm = {n.attr("name"): g.concrete_shape(n.id) for n in g.inputs}
+        hbm.update({name: g.concrete_shape(o) for name, o in zip(p.writes, g.outputs)})
+        return fold_pass(body, st.allocs, fold, hbm)
+    return body, st.allocs
 
 
 def _row_block(st: LoweringState, p: Pass) -> list[Stmt]:

@@ -11,11 +11,14 @@ once in separate PSUM banks, their moving tiles brought by one DMA per K tile), 
 `weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
 by VectorE or ScalarE), `accumulate` (where a graph has x @ w + y @ v or (x @ a) @ b: `shared`
 accumulates the two products in one PSUM bank and makes x @ a already transposed for its consumer,
-`separate` lowers each matmul on its own; see `matsum`), and `isel.<group>` (the verified
-instruction alternatives of each fused elementwise group). Knobs that cannot matter for a graph
-(tile_n without a matmul) are left out. The default point is the documented heuristic: fused,
-largest legal tiles, no blocking, n-outer loop order, single buffers, TensorE transposes, streamed
-weights.
+`separate` lowers each matmul on its own; see `matsum`), `fold` (consecutive rows per partition, for
+graphs elementwise over rows: `axon.lower.fold`; `split`: each row cut into shorter rows, the other
+way), `offload` (VectorE tensor_scalars moved to ScalarE: `axon.lower.engines`), `interleave` (a
+fused group's steps issued step-major over the m_block row tiles, so engines overlap across tiles),
+and `isel.<group>` (the verified instruction alternatives of each fused elementwise group). Knobs
+that cannot matter for a graph (tile_n without a matmul) are left out. The default point is the
+documented heuristic: fused, largest legal tiles, no blocking, n-outer loop order, single buffers,
+TensorE transposes, streamed weights, no fold/split/offload/interleave.
 It does not time anything; the tuner ranks points.
 """
 
@@ -28,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from axon.errors import AxonError
+from axon.lower.engines import OFFLOAD_CHOICES
+from axon.lower.fold import SPLIT_CHOICES, fold_choices, split_blocker
 from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
 from axon.lower.matsum import shared_sums, transposed_products
@@ -93,6 +98,14 @@ class Space:
             Knob("m_block", (1, 2, 4)),
             Knob("bufs", (1, 2, 3)),
         ]
+        if not has_mm:  # VectorE tensor_scalars moved to ScalarE (an elementwise kernel's idle engine),
+            knobs.append(Knob("offload", OFFLOAD_CHOICES))  # fused steps issued step-major over a block
+            knobs.append(Knob("interleave", (False, True)))
+        folds = fold_choices(g)  # every value elementwise over rows: short rows may share a partition
+        if len(folds) > 1:
+            knobs.append(Knob("fold", folds))
+        if folds and split_blocker(g) is None:  # ... or rows be cut shorter (more row blocks in flight)
+            knobs.append(Knob("split", SPLIT_CHOICES))
         needs_transpose = has_mm or any(n.op == "transpose" for n in g.nodes)
         if has_mm:
             knobs += [

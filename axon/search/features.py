@@ -24,8 +24,10 @@ CATEGORICAL = {
     "transpose": ("pe", "dma"),
     "weights": ("stream", "resident"),
     "evac": ("vector", "scalar"),
+    "offload": ("none", "half", "all"),
+    "interleave": (False, True),
 }
-NUMERIC = ("tile_m", "m_block", "tile_n", "tile_k", "bufs", "psum_bufs")
+NUMERIC = ("tile_m", "m_block", "tile_n", "tile_k", "bufs", "psum_bufs", "fold", "split")
 OPCODES = (
     "nc_matmul",
     "nc_transpose",

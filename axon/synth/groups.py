@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from axon.ir import Graph
 from axon.ir.ops import BINARY, UNARY
 from axon.target import isa
+from axon.verify import Z3Math
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,9 @@ class FusedGroup:
 
 @dataclass(frozen=True)
 class Step:
-    """One instruction: `args` values are ("in", leaf node id) | ("step", index) | ("imm", float) | str."""
+    """One instruction: `args` values are ("in", leaf node id) | ("step", index) | ("imm", float) |
+    ("sqrt", float): the positive square root of a constant (an activation's scale, proved with the
+    root itself, emitted rounded like any other immediate) | str."""
 
     opcode: str
     engine: str
@@ -72,6 +76,8 @@ def _show(v: Any) -> str:
         return f"s{v[1]}"
     if isinstance(v, tuple) and v[0] == "imm":
         return f"{v[1]:g}"
+    if isinstance(v, tuple) and v[0] == "sqrt":
+        return f"sqrt({v[1]:g})"
     return str(v)
 
 
@@ -80,10 +86,7 @@ def _show(v: Any) -> str:
 
 def step_value(m: Any, step: Step, env: Mapping[Any, Any]) -> Any:
     """The per-element value of `step` (for reductions: of the elementwise part) over `m`."""
-    a = {
-        k: (env[v] if isinstance(v, tuple) and v[0] in ("in", "step") else v[1] if isinstance(v, tuple) else v)
-        for k, v in step.args
-    }
+    a = {k: _arg_value(m, v, env) for k, v in step.args}
     op = step.opcode
     if op in ("activation", "activation_reduce"):
         return isa.sem_activation(m, a["data"], a["op"], a.get("scale", 1.0), a.get("bias"))
@@ -107,6 +110,16 @@ def step_value(m: Any, step: Step, env: Mapping[Any, Any]) -> Any:
     if op == "tensor_reduce":
         return a["data"]
     raise ValueError(op)
+
+
+def _arg_value(m: Any, v: Any, env: Mapping[Any, Any]) -> Any:
+    if isinstance(v, tuple) and v[0] in ("in", "step"):
+        return env[v]
+    if isinstance(v, tuple) and v[0] == "sqrt":
+        # Z3 reads a float immediate by its decimal text (z3.RealVal(0.1) is 1/10): the root must be of
+        # that same number, not of the float's exact binary value
+        return m.sqrt(Fraction(repr(v[1]))) if isinstance(m, Z3Math) else m.sqrt(v[1])
+    return v[1] if isinstance(v, tuple) else v
 
 
 def _node_value(m: Any, g: Graph, nid: int, env: Mapping[int, Any]) -> Any:

@@ -127,8 +127,9 @@ def _forms(
                 "tensor_scalar_reduce", "vector", (("data", d), ("op0", op0), ("operand0", s), ("reduce_op", red))
             )
         return
+    roots = [("sqrt", c) for c in consts if c > 0]  # square(x * sqrt(c)) = c * x * x
     for f, d in itertools.product(acts + ("copy",), data):
-        for sc in [None] + slots:
+        for sc in [None] + slots + (roots if f == "square" else []):
             for b in [None] + slots:
                 args = [("op", f), ("data", d)] + ([("scale", sc)] if sc else []) + ([("bias", b)] if b else [])
                 yield Step("activation", "scalar", tuple(args))
@@ -289,8 +290,10 @@ def synthesize_instructions(
     per_piece: int = 3,
     max_alternatives: int = 6,
     max_checks: int = 60_000,
+    extra_balanced: int = 2,
 ) -> list[Alternative]:
-    """Verified instruction sequences for `group`, fewest instructions first.
+    """Verified instruction sequences for `group`, fewest instructions first, then up to
+    `extra_balanced` longer ones that load the busiest engine less (`balance_cost`).
 
     >>> from axon.workloads import get
     >>> g = get("rmsnorm").graph("small")
@@ -308,6 +311,8 @@ def synthesize_instructions(
         sorted(
             {_IR_TO_ACT[g.nodes[n].op] for n in group.nodes if g.nodes[n].op in _IR_TO_ACT}
             | {"exp", "square", "rsqrt", "reciprocal"}
+            # a group with exp may be a logistic form, one ScalarE instruction (x / (1 + exp(-x)) = silu(x))
+            | ({"sigmoid", "silu"} if any(g.nodes[n].op == "exp" for n in group.nodes) else set())
         )
     )
     checker = _Checker(group)
@@ -346,7 +351,28 @@ def synthesize_instructions(
         if steps not in seen:
             seen.add(steps)
             out.append(Alternative(steps, "z3: unsat (equal for all reals, divisors nonzero)"))
-    return out[:max_alternatives]
+    # the fewest instructions first; then, beyond them, the sequences that best share the work between
+    # VectorE and ScalarE (an elementwise kernel is bound by its busiest engine, not its instruction count)
+    shortest = out[:max_alternatives]
+    balanced = sorted(out[max_alternatives:], key=lambda a: (balance_cost(a.steps), len(a.steps)))
+    best = balance_cost(shortest[0].steps) if shortest else 0.0
+    return shortest + [a for a in balanced[:extra_balanced] if balance_cost(a.steps) < best]
+
+
+# Published per-element costs (HARDWARE.md section 3) in engine cycles, for ranking only (the tuner
+# measures): VectorE tensor_tensor and scalar_tensor_tensor stream at 2 cycles per fp32 element,
+# tensor_scalar (one or two ops) at 1, reciprocal at 8; ScalarE activations at 1.
+_VECTOR_CYCLES = {"tensor_tensor": 2.0, "scalar_tensor_tensor": 2.0, "reciprocal": 8.0}
+
+
+def balance_cost(seq: tuple[Step, ...]) -> float:
+    """Per-element cycles of the busiest of VectorE and ScalarE for `seq` (GpSimd counts as VectorE:
+    on trn1 they share the SBUF read port)."""
+    busy = {"vector": 0.0, "scalar": 0.0}
+    for s in seq:
+        eng = "scalar" if s.engine == "scalar" else "vector"
+        busy[eng] += _VECTOR_CYCLES.get(s.opcode, 1.0) if eng == "vector" else 1.0
+    return max(busy.values())
 
 
 def _engine_cost(seq: tuple[Step, ...]) -> int:

@@ -10,7 +10,7 @@ from axon.lower.groups import fused_groups
 from axon.lower.passes import normalize, split
 from axon.synth import discover_variants
 from axon.synth.groups import _node_value
-from axon.synth.isel import Step, _Checker, _tree_pieces, step_value, synthesize_instructions
+from axon.synth.isel import Step, _Checker, _tree_pieces, balance_cost, step_value, synthesize_instructions
 from axon.workloads import get
 
 
@@ -90,3 +90,37 @@ def test_a_wrong_sequence_is_not_proved():
         ),
     )
     assert checker.prove(piece, [right]) and not checker.prove(piece, [wrong])
+
+
+def test_a_constant_times_a_square_is_one_scaled_square_activation_proved_with_the_root():
+    g = normalize(get("gelu").graph("small"))  # 0.5 x (1 + tanh(c (x + 0.044715 x x x)))
+    grp = [x for x in fused_groups(g) if len(x.nodes) > 1][0]
+    checker = _Checker(grp)
+    sq = next(n for n in grp.nodes if g.nodes[n].op == "mul" and g.nodes[g.nodes[n].inputs[0]].op == "mul")
+    piece = next(p for p in _tree_pieces(grp, frozenset({sq})) if p.root == sq)  # 0.044715 * x * x
+    x = next(l.node for l in grp.leaves if l.kind == "full")
+    step = Step("activation", "scalar", (("op", "square"), ("data", ("in", x)), ("scale", ("sqrt", 0.044715))))
+    assert checker.prove(piece, [step])
+    off = Step("activation", "scalar", (("op", "square"), ("data", ("in", x)), ("scale", ("sqrt", 0.04472))))
+    assert not checker.prove(piece, [off])
+    best = synthesize_instructions(grp)[0]
+    assert any(s.arg("scale") == ("sqrt", 0.044715) for s in best.steps)
+    assert balance_cost(best.steps) < 6  # three stt on VectorE (6 cycles an element) before
+
+
+def test_balanced_alternatives_follow_the_shortest_ones():
+    g = normalize(get("gelu").graph("small"))
+    grp = [x for x in fused_groups(g) if len(x.nodes) > 1][0]
+    shortest = synthesize_instructions(grp, max_alternatives=2, extra_balanced=0)
+    more = synthesize_instructions(grp, max_alternatives=2, extra_balanced=2)
+    assert more[:2] == shortest and len(more) <= 4
+    assert all(balance_cost(a.steps) < balance_cost(shortest[0].steps) for a in more[2:])
+
+
+def test_a_logistic_form_is_one_silu_activation():
+    group = _output_group("silu")  # x / (1 + exp(-x))
+    best = synthesize_instructions(group)[0]
+    assert [(s.opcode, s.arg("op")) for s in best.steps] == [("activation", "silu")]
+    rmsnorm = [x for x in fused_groups(get("rmsnorm").graph("small")) if len(x.nodes) > 1]
+    for grp in rmsnorm:  # no exp: no logistic activation is tried
+        assert all(s.arg("op") not in ("silu", "sigmoid") for a in synthesize_instructions(grp) for s in a.steps)
