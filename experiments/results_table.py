@@ -262,7 +262,7 @@ def rival_cells(spot: Spot, hw_name: str, data: Path, work: Path, cached_only: b
             continue
         cell = rivals.measure(rival, hw_name, data, work, compute=not cached_only)
         if cell is not None:
-            cell["label"] = rivals.version_label(cell["version"])
+            cell["label"] = report.version_label(cell["version"])
             out[key] = cell
     return out
 
@@ -356,7 +356,7 @@ def main() -> None:
 
 
 def write_table(rows: list[dict], own: list[dict], bench: list[dict], hws: list[str], args, out: Path) -> None:
-    seeds = f"median of {args.seeds} seeds from {args.seed} on trn1, {args.trn2_seeds} on trn2"
+    seeds = f"trn1: median of seeds {args.seed}..{args.seed + args.seeds - 1}; trn2: {args.trn2_seeds} seed(s)"
     lines = [
         "# Results: Axon against op-by-op lowering, hand-written, compiler and tutorial kernels, and the roofline",
         "",

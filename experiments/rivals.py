@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -155,7 +156,8 @@ def samples_rival(workload: str, dims: dict[str, int], dtype: str) -> Rival | No
         return Rival("nki-samples", cases, note="matmul: lhs passed transposed ([K, M]), as the tutorial's caller does")
     if workload == "attention":  # one head per launch, q, k, v as [d_head, seqlen], values in [-1, 1]
         h, s, d = dims["H"], dims["S"], dims["D"]
-        # v7 on cast q, k, v and the softmax to bf16 inside the kernel: held to bf16 rounding (as conformance.py)
+        # Held to the row's dtype: v7 and later cast q, k, v and the softmax to bf16 inside, so in a
+        # float32 row they fail the float32 tolerance (conformance.py holds them to bf16 rounding).
         cases = tuple(
             _case(
                 f"attention_{v}" + tag,
@@ -163,14 +165,15 @@ def samples_rival(workload: str, dims: dict[str, int], dtype: str) -> Rival | No
                 f"attn_fwd_{v}",
                 lambda r: [uniform(r, (d, s), dt, -1.0, 1.0) for _ in range(3)],
                 ref_attention_qkv_dh_s,
-                BF16 if dtype == "bfloat16" or v not in ATTENTION_VERSIONS[:6] else dt,
+                dt,
             )
             for v in ATTENTION_VERSIONS
         )
         note = (
-            f"attention: the tutorial kernels take one head ([d_head, seqlen]); the cell is {h} heads x one "
+            f"attention: the tutorial kernels take one head ([d_head, seqlen]); the cell is {h} head(s) x one "
             "launch's simulated time less the launch overhead of all but one; they do not scale q k^T by "
-            "1/sqrt(d) (Axon's spec does); v7 and later compute in bf16 inside"
+            "1/sqrt(d) (Axon's spec does); each version is held to the row's dtype (v7 and later compute in "
+            "bf16 inside: a float32 row's tolerance refuses them)"
         )
         return Rival("nki-samples", cases, launches=h, note=note)
     return None
@@ -212,6 +215,17 @@ def _cached(path: Path, make: Callable[[], dict[str, Any]], compute: bool = True
     return value
 
 
+def _with_source_line(error: str, case: Case, data: Path) -> str:
+    """`error`, with the kernel's own source line when it names one (a bare `assert` says nothing else)."""
+    match = re.search(r"(\S+\.py):(\d+): kernel \S+ raised", error)
+    path = data / case.corpus / case.file
+    if not match or match.group(1) != path.name:
+        return error
+    lines = path.read_text().splitlines()
+    n = int(match.group(2))
+    return f"{error.rstrip(': ')} (`{lines[n - 1].strip()}`)" if 0 < n <= len(lines) else error
+
+
 def _time_case(case: Case, data: Path, hw_name: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
@@ -248,7 +262,7 @@ def measure(rival: Rival, hw_name: str, data: Path, work: Path, compute: bool = 
         except NotCached:
             return None
         if not num["ok"]:
-            versions[case.name] = {"ns": None, "error": num["error"][:300]}
+            versions[case.name] = {"ns": None, "error": _with_source_line(num["error"], case, data)[:300]}
             continue
         tkey = source_hash(TIMING_SOURCES, case.name, files, hw.file_hash)
         try:
@@ -272,14 +286,3 @@ def measure(rival: Rival, hw_name: str, data: Path, work: Path, compute: bool = 
         "seconds": time.perf_counter() - start,
         "note": rival.note,
     }
-
-
-def version_label(name: str | None) -> str:
-    """`attention_v8@H16xS4096xD128:float32` -> `v8`; `silu_M4096_N7168` -> `silu_M4096_N7168`."""
-    if not name:
-        return ""
-    base = name.split("@")[0]
-    for prefix in ("attention_", "layernorm_", "matmul_"):
-        if base.startswith(prefix) and "@" in name:
-            return base[len(prefix) :]
-    return base

@@ -190,6 +190,17 @@ def main_row(r: Row) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def version_label(name: str | None) -> str:
+    """`attention_v8@H16xS4096xD128:float32` -> `v8`; `silu_M4096_N7168` -> `silu_M4096_N7168`."""
+    if not name:
+        return ""
+    base = name.split("@")[0]
+    for prefix in ("attention_", "layernorm_", "matmul_"):
+        if base.startswith(prefix) and "@" in name:
+            return base[len(prefix) :]
+    return base
+
+
 def rival_notes(rows: Sequence[Row]) -> list[str]:
     """One line per row with a compiler or nki-samples cell: which kernel, and each version that did
     not run at the row's shape and dtype, with the reason."""
@@ -199,14 +210,13 @@ def rival_notes(rows: Sequence[Row]) -> list[str]:
             cell = r.get(kind)
             if not cell:
                 continue
-            failed = [
-                f"{name.split('@')[0]}: {v['error']}" for name, v in cell.get("versions", {}).items() if not v.get("ns")
-            ]
-            ran = [name.split("@")[0] for name, v in cell.get("versions", {}).items() if v.get("ns")]
+            versions = cell.get("versions", {})
+            failed = [f"{version_label(name)}: {v['error']}" for name, v in versions.items() if not v.get("ns")]
+            ran = [version_label(name) for name, v in versions.items() if v.get("ns")]
             if len(ran) <= 1 and not failed and not cell.get("note"):
                 continue  # one kernel that ran, nothing to add
             parts = [f"{r.get('label', r['workload'])} ({r['hw']}), {title}: "]
-            parts.append(f"{cell.get('version', '').split('@')[0]} is the cell" if cell.get("ns") else "nothing ran")
+            parts.append(f"{version_label(cell.get('version'))} is the cell" if cell.get("ns") else "nothing ran")
             if len(ran) > 1:
                 parts.append(f" (fastest of {', '.join(ran)})")
             if cell.get("note"):

@@ -214,7 +214,16 @@ def test_launches_count_one_launch_overhead(tmp_path):
 
 
 def test_version_labels():
-    assert rivals.version_label("attention_v8@H16xS4096xD128:float32") == "v8"
-    assert rivals.version_label("matmul_fully_optimized@M1xK1xN1:bfloat16") == "fully_optimized"
-    assert rivals.version_label("silu_M4096_N7168") == "silu_M4096_N7168"
-    assert rivals.version_label(None) == ""
+    assert report.version_label("attention_v8@H16xS4096xD128:float32") == "v8"
+    assert report.version_label("matmul_fully_optimized@M1xK1xN1:bfloat16") == "fully_optimized"
+    assert report.version_label("silu_M4096_N7168") == "silu_M4096_N7168"
+    assert report.version_label(None) == ""
+
+
+def test_a_kernel_refusing_the_shape_says_why(tmp_path):
+    rival = _double_rival(tmp_path)
+    refusing = DOUBLE.replace("    out = nl.ndarray", "    assert x.shape[1] == 64\n    out = nl.ndarray")
+    (tmp_path / corpus.TUTORIALS / "double.py").write_text(refusing)
+    cell = rivals.measure(rival, "trn1", tmp_path, tmp_path / "work")
+    assert cell["ns"] is None
+    assert "(`assert x.shape[1] == 64`)" in cell["versions"]["double@M128xN512:float32"]["error"]
