@@ -365,7 +365,8 @@ def write_table(rows: list[dict], own: list[dict], bench: list[dict], hws: list[
         "for that workload and shape; nki-samples: AWS's tutorial kernel at the same shape and dtype (version in "
         "brackets); both unmodified, checked by the emulator against their float64 reference and timed whole by "
         "the same simulator and hardware file as Axon (Axon's own kernels are timed by the sim backend, which "
-        "extrapolates long loops; `bench_extrapolation.py` gives its error).",
+        "extrapolates long loops; `bench_extrapolation.py` gives its error). On trn2 the compiler column is the same "
+        "trn1 compiler kernels simulated with trn2's hardware file.",
         "",
     ]
     for hw_name in hws:
