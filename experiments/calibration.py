@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "kernels"))
 sys.path.insert(0, str(HERE))
 
+import corpus  # noqa: E402  - the corpus loader and framework stand-ins
 from calibration_fit import WORK, Constant, CoordinateSearch, ResidencyCache, cached_trace, source_key, with_constants  # noqa: E402
 
 import axon.nki  # noqa: E402
@@ -144,26 +145,17 @@ def published_points() -> list[Point]:
 
 def measured_points() -> list[Point]:
     """The seven NKIBench kernels, unmodified, at the shapes of their references."""
-    import conformance  # the corpus loader and framework stand-ins of the emulator conformance run
-
-    conformance._install_framework_stand_ins()
+    corpus.install_framework_stand_ins()
     measured = json.loads((DATA / "measured.json").read_text())
     points = []
-    for case in conformance.nkibench_cases(DATA):
+    for case in corpus.nkibench_cases(DATA):
         files = [
             (DATA / "kernels" / f"{case.name}.py").read_bytes(),
             (DATA / "reference" / f"{case.name}.py").read_bytes(),
         ]
-
-        def make(case=case):
-            args, _ = case.inputs(np.random.default_rng(0))
-            specs = [(a.shape, a.dtype) if isinstance(a, np.ndarray) else a for a in args]
-            return axon.nki.trace(conformance._kernel(case, DATA.parent), *specs, hw="trn1")
-
         row = measured[case.name]
-        points.append(
-            Point(case.name, "trn1", row["latency"] * 1e6, [cached_trace((case.name, files), make)], profile=row)
-        )
+        trace = cached_trace((case.name, files), lambda case=case: corpus.trace_case(case, DATA.parent, "trn1"))
+        points.append(Point(case.name, "trn1", row["latency"] * 1e6, [trace], profile=row))
     return points
 
 

@@ -2,7 +2,7 @@
 table measured?
 
 `--record` writes experiments/results/emitted.json from the results table's record databases
-(experiments/results/work/tuning/*/records.db): one entry per measured kernel (workload, hardware,
+(experiments/results/work/tuning/<hw>/seed<k>/records.db): one entry per measured kernel (workload, hardware,
 variant hash, point, hash of the emitted source). Without `--record`, every entry is lowered again
 by the current code and its source hash compared. A refactor that claims "no kernel changed" runs
 this; the last line is `points=N same=N changed=K failed=F`.
@@ -32,7 +32,7 @@ def record_manifest() -> int:
     from axon.measure.records import RecordDB
 
     entries, seen = [], set()
-    for db_path in sorted((RESULTS / "work" / "tuning").glob("*/records.db")):
+    for db_path in sorted((RESULTS / "work" / "tuning").rglob("records.db")):  # every hardware and seed
         for r in RecordDB(db_path).records():
             key = (r.hw, r.workload, r.kernel_hash, json.dumps(r.point, sort_keys=True))
             if r.status != "ok" or key in seen:
