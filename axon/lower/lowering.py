@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from axon.ir import Graph
+from axon.lower.attention import lower_attention, match_attention
 from axon.lower.elementwise import lower_node, release
 from axon.lower.fused import lower_group, plan_groups
 from axon.lower.matmul import lower_matmul, prepare_weights
@@ -57,6 +58,8 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
     >>> prog.stats().instructions["dma"] > 0
     True
     """
+    if knobs_of(point).get("softmax") == "online":
+        return _lower_online(variant, point, hw)
     try:
         return _lower(variant, point, hw, reuse="rotating")
     except Rejected as exc:
@@ -129,6 +132,25 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
     )
     object.__setattr__(prog, "point", {**knobs, "_sbuf_peak": sbuf_peak, "_psum_banks": psum_peak})
     return prog
+
+
+def _lower_online(variant: Any, point: Any, hw: Any) -> TileProgram:
+    """The flash-style attention loop nest (`axon.lower.attention`) of a graph of that form."""
+    original = graph_of(variant)
+    graph = original.memo(("normalized",), lambda: normalize(original))
+    graph.check_bound()
+    form = graph.memo(("attention",), lambda: match_attention(graph))
+    if form is None:
+        raise LoweringError(f"softmax: {graph.name} is not of the attention form the online softmax lowers")
+    knobs = knobs_of(point)
+    if knobs["fusion"] != "fused":
+        raise Rejected("softmax: the online form is one fused kernel (fusion=fused)")
+    header = (
+        f"workload: {graph.name}  shapes: {graph.bindings}",
+        f"variant: {_describe(variant)}",
+        f"point: {dict(sorted(knobs.items()))}",
+    )
+    return lower_attention(graph, form, knobs, hw, header)
 
 
 def _has_loop(stmts: Any, name: str) -> bool:

@@ -10,7 +10,10 @@ once in separate PSUM banks, their moving tiles brought by one DMA per K tile), 
 (stationary operands transposed on TensorE or by DMA; inputs already laid out [K, M] need neither),
 `weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
 by VectorE or ScalarE), and `isel.<group>` (the verified instruction alternatives of each fused
-elementwise group). Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
+elementwise group). A graph of the attention form (`axon.lower.attention`) also gets `softmax`
+(`online`: the flash-style loop nest, `rows`: the row-block lowering) and that nest's knobs
+(`kv_chunk`, `scores_copy`, `p_evac`, `attn_pipeline`, `pv_lag`, `attn_store`).
+Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
 The default point is the documented heuristic: fused, largest legal tiles, no blocking, n-outer
 loop order, single buffers, TensorE transposes, streamed weights.
 It does not time anything; the tuner ranks points.
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from axon.errors import AxonError
+from axon.lower.attention import ATTENTION_KNOBS, match_attention
 from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
 from axon.lower.passes import materializable, matmul_cuts, normalize, split
@@ -101,6 +105,8 @@ class Space:
             ]
         if needs_transpose:
             knobs.append(Knob("transpose", ("pe", "dma")))
+        if match_attention(self.graph) is not None:
+            knobs += [Knob(name, choices) for name, choices in ATTENTION_KNOBS.items()]
         self.isel = dict(isel) if isel is not None else self._isel_choices()
         for group, n in sorted(self.isel.items()):
             knobs.append(Knob(f"isel.{group}", tuple(range(n))))
