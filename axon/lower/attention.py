@@ -1,6 +1,6 @@
-"""Attention as one flash-style loop nest: `lower_attention(graph, knobs, hw)` for the graph form
-`(exp(s - max(s)) @ V) / sum(exp(s - max(s)))` with `s = (Q @ K.T) * c` (the softmax's divisor
-applied after the second matmul, as the hoist-factor rewrite leaves it).
+"""Attention as one flash-style loop nest: `lower_attention(graph, knobs, hw)` for the graph forms
+`(E @ V) / sum(E)` and `(E / sum(E)) @ V` with `E = exp(s - max(s))`, `s = (Q @ K.T) * c` (the
+division by the row sum is applied after the second matmul in both, as an online softmax must).
 
 What it does that the row-block lowering cannot:
 - Q, K and V of a head come in one DMA each (partition p holds rows p*T .. p*T+T-1: one descriptor
@@ -30,6 +30,7 @@ from axon.lower.passes import scratch_name
 from axon.lower.program import Affine, Comment, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram
 from axon.lower.roles import scalar_value
 from axon.lower.state import Rejected
+from axon.target.isa import ISA
 
 # knob name -> choices, offered by the space only for graphs `match_attention` recognises
 ATTENTION_KNOBS: dict[str, tuple[Any, ...]] = {
@@ -37,8 +38,7 @@ ATTENTION_KNOBS: dict[str, tuple[Any, ...]] = {
     "kv_chunk": (512, 256),  # keys per scores tile (one PSUM bank of fp32 at 512)
     "scores_copy": ("sbuf", "psum"),  # where ScalarE's exp reads the scores
     "p_evac": ("vector", "scalar", "alternate"),  # the engine moving P.T out of PSUM
-    "attn_pipeline": (2, 1, 3),  # steps whose scores and exp run ahead of the transposes of P
-    "pv_lag": (1, 0),  # steps P @ V runs behind the transposes of P
+    "attn_pipeline": (2, 3, 1),  # steps whose scores and exp run ahead of the transposes of P
     "attn_store": ("head", "block"),  # one output DMA per head, or one per query block
 }
 
@@ -92,13 +92,20 @@ def match_attention(g: Graph) -> AttentionForm | None:
     if len(g.outputs) != 1:
         return None
     out = g.nodes[g.outputs[0]]
-    if out.op != "div" or len(out.inputs) != 2:
+    if out.op == "div" and g.nodes[out.inputs[0]].op == "matmul":  # (E @ V) / sum(E)
+        pv, den = (g.nodes[i] for i in out.inputs)
+        e = g.nodes[pv.inputs[0]]
+    elif out.op == "matmul" and g.nodes[out.inputs[0]].op == "div":  # (E / sum(E)) @ V
+        # the division by a per-row scalar commutes with the matmul (the hoist-factor move proves
+        # it): the nest divides once at the end of the row block, as an online softmax must
+        pv = out
+        p = g.nodes[out.inputs[0]]
+        e, den = (g.nodes[i] for i in p.inputs)
+        if not _one_user(g, p.id):
+            return None
+    else:
         return None
-    pv, den = (g.nodes[i] for i in out.inputs)
-    if pv.op != "matmul" or not _reduce(den, "sum"):
-        return None
-    e = g.nodes[pv.inputs[0]]
-    if den.inputs[0] != e.id or e.op != "exp":
+    if not _reduce(den, "sum") or den.inputs[0] != e.id or e.op != "exp":
         return None
     sub = g.nodes[e.inputs[0]]
     if sub.op != "sub":
@@ -570,8 +577,11 @@ _ENGINE_ARG = {
 
 
 def _on(opcode: str, engine: str, dst: Ref, args: tuple[tuple[str, Any], ...], comment: str = "") -> TileInstr:
-    """An instruction bound to `engine` in the emitted source (not left to the compiler)."""
-    return TileInstr(opcode, engine, dst, args + (("engine", _ENGINE_ARG[engine]),), comment)
+    """An instruction bound to `engine` in the emitted source (not left to the compiler) where the
+    instruction can run on several engines; a one-engine instruction takes no `engine` argument."""
+    if len(ISA[opcode].engines) > 1:
+        args = args + (("engine", _ENGINE_ARG[engine]),)
+    return TileInstr(opcode, engine, dst, args, comment)
 
 
 def _mod(j: Affine, n: int, mul: int) -> Affine:

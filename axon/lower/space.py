@@ -12,7 +12,7 @@ once in separate PSUM banks, their moving tiles brought by one DMA per K tile), 
 by VectorE or ScalarE), and `isel.<group>` (the verified instruction alternatives of each fused
 elementwise group). A graph of the attention form (`axon.lower.attention`) also gets `softmax`
 (`online`: the flash-style loop nest, `rows`: the row-block lowering) and that nest's knobs
-(`kv_chunk`, `scores_copy`, `p_evac`, `attn_pipeline`, `pv_lag`, `attn_store`).
+(`kv_chunk`, `scores_copy`, `p_evac`, `attn_pipeline`, `attn_store`).
 Knobs that cannot matter for a graph (tile_n without a matmul) are left out.
 The default point is the documented heuristic: fused, largest legal tiles, no blocking, n-outer
 loop order, single buffers, TensorE transposes, streamed weights.
