@@ -1,6 +1,9 @@
 """Attention as one flash-style loop nest: `lower_attention(graph, knobs, hw)` for the graph forms
 `(E @ V) / sum(E)` and `(E / sum(E)) @ V` with `E = exp(s - max(s))`, `s = (Q @ K.T) * c` (the
 division by the row sum is applied after the second matmul in both, as an online softmax must).
+Q and K may each be an rmsnorm of an input (`x / sqrt(mean(x^2) + eps) * gain`): the rows are
+scaled in place before the transposes and the gain, one value per partition once transposed, is
+applied on the way out of PSUM.
 
 What it does that the row-block lowering cannot:
 - Q, K and V of a head come in one DMA each (partition p holds rows p*T .. p*T+T-1: one descriptor
@@ -60,6 +63,8 @@ class AttentionForm:
     in_dtype: str
     out_dtype: str
     out: str
+    q_norm: tuple[str, float] | None = None  # (gain input, eps): Q is rmsnorm(q) * gain
+    k_norm: tuple[str, float] | None = None
 
 
 def _input_of(g: Graph, nid: int) -> tuple[str, int] | None:
@@ -72,6 +77,46 @@ def _input_of(g: Graph, nid: int) -> tuple[str, int] | None:
         if src.op == "input":
             return str(src.attr("name")), int(node.attr("repeats").evaluate(g.bindings))
     return None
+
+
+def _rms_of(g: Graph, nid: int) -> tuple[int, str, float] | None:
+    """(input node, gain input name, eps) of `x / sqrt(sum(x*x) / D + eps) * gain`, or None."""
+    node = g.nodes[nid]
+    if node.op != "mul":
+        return None
+    a, b = (g.nodes[i] for i in node.inputs)
+    if b.op != "input" or b.type.rank != 1:
+        return None
+    if a.op != "div":
+        return None
+    x, root = (g.nodes[i] for i in a.inputs)
+    if x.op != "input" or root.op != "sqrt":
+        return None
+    add = g.nodes[root.inputs[0]]
+    if add.op != "add":
+        return None
+    mean, eps_node = (g.nodes[i] for i in add.inputs)
+    eps = scalar_value(g, eps_node)
+    if eps is None or mean.op != "div" or scalar_value(g, g.nodes[mean.inputs[1]]) != g.concrete_shape(x.id)[-1]:
+        return None
+    ss = g.nodes[mean.inputs[0]]
+    if not _reduce(ss, "sum"):
+        return None
+    sq = g.nodes[ss.inputs[0]]
+    if sq.op != "mul" or tuple(sq.inputs) != (x.id, x.id):
+        return None
+    return x.id, str(b.attr("name")), float(eps)
+
+
+def _operand(g: Graph, nid: int) -> tuple[tuple[str, int] | None, tuple[str, float] | None]:
+    """A matmul operand: an input (maybe repeated over heads), or an rmsnorm of an input."""
+    plain = _input_of(g, nid)
+    if plain is not None:
+        return plain, None
+    rms = _rms_of(g, nid)
+    if rms is None:
+        return None, None
+    return _input_of(g, rms[0]), (rms[1], rms[2])
 
 
 def _one_user(g: Graph, nid: int) -> bool:
@@ -129,7 +174,8 @@ def match_attention(g: Graph) -> AttentionForm | None:
     kt = g.nodes[a.inputs[1]]
     if kt.op != "transpose" or tuple(kt.attr("axes")) != (0, 2, 1):
         return None
-    q, k, v = _input_of(g, a.inputs[0]), _input_of(g, kt.inputs[0]), _input_of(g, pv.inputs[1])
+    (q, q_norm), (k, k_norm) = _operand(g, a.inputs[0]), _operand(g, kt.inputs[0])
+    v = _input_of(g, pv.inputs[1])
     if q is None or k is None or v is None or q[1] != 1 or k[1] != v[1]:
         return None
     qs, ks, vs = (g.concrete_shape(i) for i in (a.inputs[0], kt.inputs[0], pv.inputs[1]))
@@ -149,6 +195,8 @@ def match_attention(g: Graph) -> AttentionForm | None:
         g.nodes[a.inputs[0]].type.dtype,
         out.type.dtype,
         scratch_name(g, out.id),
+        q_norm,
+        k_norm,
     )
 
 
@@ -191,6 +239,8 @@ class _Nest:
         self.bufs = max(self.skew + 1 + self.lag, int(knobs.get("bufs", 2)))
         self.tq, self.tk = f.sq // self.pmax, f.skv // self.pmax
         self.allocs: list[Tensor] = []
+        self.pre: list[Stmt] = []  # before the head loop
+        self.loaded: set[str] = set()
 
     def tile(self, name: str, shape: tuple[int, ...], dtype: str, buffer: str = "sbuf", tiles: int = 0) -> str:
         self.allocs.append(Tensor(name, buffer, shape, dtype, tiles=tiles))
@@ -216,8 +266,12 @@ class _Nest:
                 "dma_copy", "dma", _ref2(v_nat, 0, P, 0, self.tk * f.dv), (("src", self._hbm(f.v, f.skv, f.dv)),)
             ),
         ]
-        body += self._transpose_all(q_nat, q_t, self.tq, f.d, "Q")
-        body += self._transpose_all(k_nat, k_t, self.tk, f.d, "K")
+        for rows, tiles, norm, what in ((q_nat, self.tq, f.q_norm, "Q"), (k_nat, self.tk, f.k_norm, "K")):
+            gain = None
+            if norm is not None:
+                body += self._rms_rows(rows, tiles, f.d, norm[1], what)
+                gain = self._gain(norm[0], f.d)
+            body += self._transpose_all(rows, q_t if what == "Q" else k_t, tiles, f.d, what, gain)
         o_sb = self.tile("out_rows", (P, self.tq * f.dv), f.out_dtype)
         body += self._block(q_t, k_t, v_nat, tp, s_ps, o_ps, o_sb)
         if self.store == "head":
@@ -241,7 +295,80 @@ class _Nest:
         idx = ((head, None), (Expr.of(0), self.pmax), (Expr.of(f0), nf if nf is not None else t * cols))
         return Ref(name, idx, (heads, self.pmax, t * cols))
 
-    def _transpose_all(self, src: str, dst: str, tiles: int, width: int, what: str) -> list[Stmt]:
+    def _gain(self, name: str, width: int) -> Ref:
+        """A [width] gain as a per-partition column, loaded once before the head loop."""
+        col = self.tile(f"{name}_col", (width, 1), "float32")
+        if name not in self.loaded:
+            self.loaded.add(name)
+            self.pre.append(
+                TileInstr(
+                    "dma_copy",
+                    "dma",
+                    _ref2(col, 0, width, 0, 1),
+                    (("src", Ref(name, ((Expr.of(0), width), (Expr.of(0), 1)), (width, 1))),),
+                    f"{name} one value per partition",
+                )
+            )
+        return _ref2(col, 0, width, 0, 1)
+
+    def _rms_rows(self, rows: str, tiles: int, width: int, eps: float, what: str) -> list[Stmt]:
+        """Each row of the [P, tiles*width] row tiles times 1/sqrt(mean(x^2) + eps), in place (the
+        gain is applied per partition once transposed)."""
+        P = self.pmax
+        ss = self.tile(f"{what.lower()}_sumsq", (P, tiles), "float32")
+        junk = self.tile(f"{what.lower()}_sq", (P, width), "float32")
+        out: list[Stmt] = [Comment(f"rmsnorm of the {what} rows: sum of squares and scale per row")]
+        for t in range(tiles):
+            out.append(
+                _on(
+                    "activation",
+                    "scalar",
+                    _ref2(junk, 0, P, 0, width),
+                    (
+                        ("op", "nl.square"),
+                        ("data", _ref2(rows, 0, P, t * width, width)),
+                        ("reduce_op", "nl.add"),
+                        ("reduce_res", _ref2(ss, 0, P, t, 1)),
+                    ),
+                )
+            )
+        out.append(
+            _on(
+                "tensor_scalar",
+                "vector",
+                _ref2(ss, 0, P, 0, tiles),
+                (
+                    ("data", _ref2(ss, 0, P, 0, tiles)),
+                    ("op0", "nl.multiply"),
+                    ("operand0", 1.0 / width),
+                    ("op1", "nl.add"),
+                    ("operand1", eps),
+                ),
+            )
+        )
+        out.append(
+            _on(
+                "activation",
+                "scalar",
+                _ref2(ss, 0, P, 0, tiles),
+                (("op", "nl.rsqrt"), ("data", _ref2(ss, 0, P, 0, tiles))),
+            )
+        )
+        for t in range(tiles):
+            tile = _ref2(rows, 0, P, t * width, width)
+            out.append(
+                _on(
+                    "tensor_scalar",
+                    "vector" if t % 2 == 0 else "gpsimd",
+                    tile,
+                    (("data", tile), ("op0", "nl.multiply"), ("operand0", _ref2(ss, 0, P, t, 1))),
+                )
+            )
+        return out
+
+    def _transpose_all(
+        self, src: str, dst: str, tiles: int, width: int, what: str, gain: Ref | None = None
+    ) -> list[Stmt]:
         """[P, tiles*width] row tiles -> [width, tiles*P]: four TensorE transposes per PSUM bank."""
         P = self.pmax
         per = 512 // P
@@ -259,14 +386,19 @@ class _Nest:
                         (("data", _ref2(src, 0, P, t * width, width)),),
                     )
                 )
-            out.append(
-                _on(
-                    "tensor_copy",
-                    "vector" if (g0 // per) % 2 == 0 else "scalar",
-                    _ref2(dst, 0, width, g0 * P, n * P),
-                    (("src", _bank("transpose_psum", slot, width, 0, n * P)),),
+            eng = "vector" if (g0 // per) % 2 == 0 else "scalar"
+            psum = _bank("transpose_psum", slot, width, 0, n * P)
+            if gain is None:
+                out.append(_on("tensor_copy", eng, _ref2(dst, 0, width, g0 * P, n * P), (("src", psum),)))
+            else:  # the gain, one value per partition now, applied on the way out of PSUM
+                out.append(
+                    _on(
+                        "tensor_scalar",
+                        eng,
+                        _ref2(dst, 0, width, g0 * P, n * P),
+                        (("data", psum), ("op0", "nl.multiply"), ("operand0", gain)),
+                    )
                 )
-            )
         return out
 
     def _block(self, q_t: str, k_t: str, v_nat: str, tp: str, s_ps: str, o_ps: str, o_sb: str) -> list[Stmt]:
@@ -598,7 +730,7 @@ def lower_attention(
     check_form(form, knobs, hw)
     nest = _Nest(form, knobs, hw)
     body = nest.build()
-    stmts: list[Stmt] = [TileAlloc(t) for t in nest.allocs]
+    stmts: list[Stmt] = [TileAlloc(t) for t in nest.allocs] + nest.pre
     stmts.append(TileLoop("i_b0", form.batch[0], tuple(body), "batch0"))
     sbuf = sum(t.bytes_per_partition for t in nest.allocs if t.buffer == "sbuf")
     banks = sum(max(t.tiles, -(-t.bytes_per_partition // 2048)) for t in nest.allocs if t.buffer == "psum")

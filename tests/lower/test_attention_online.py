@@ -145,3 +145,19 @@ def test_the_graph_as_written_divides_after_the_second_matmul():
     res = axon.nki.run(src, *[x[t.name] for t in prog.inputs], hw=HW)
     assert max_rel_error({"out": np.asarray(res, np.float64)}, ref) <= TOL["float32"]
     assert "the deferred division by the row sum" in src
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rmsnorm_of_q_and_k_runs_inside_the_nest(dtype):
+    """qknorm: each row of Q and K scaled by 1/sqrt(mean(x^2) + eps) before the transposes, the
+    gains applied per partition on the way out of PSUM."""
+    g = get("qknorm_attention").graph("default", dtype=dtype, H=2, S=256, D=64)
+    form = match_attention(normalize(g))
+    assert form is not None and form.q_norm == ("gq", 1e-6) and form.k_norm == ("gk", 1e-6)
+    prog = lower(g, {"softmax": "online"}, HW)
+    src = emit(prog)
+    x, ref = reference_case(g)
+    assert max_rel_error(interpret(prog, x), ref) <= TOL[dtype]
+    res = axon.nki.run(src, *[x[t.name] for t in prog.inputs], hw=HW)
+    assert max_rel_error({"out": np.asarray(res, np.float64)}, ref) <= TOL[dtype]
+    assert "nl.rsqrt" in src and "gq_col" in src
