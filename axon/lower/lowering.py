@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from axon.ir import Graph
+from axon.lower.attention import lower_attention, match_attention
 from axon.lower.elementwise import lower_node, release
 from axon.lower.engines import offload_tensor_scalars
 from axon.lower.fold import fold_pass, folded_rows, split_graph, split_refs
@@ -68,6 +69,11 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
     >>> prog.stats().instructions["dma"] > 0
     True
     """
+    knobs = knobs_of(point)
+    if knobs.get("softmax") == "online":
+        if knobs["fusion"] == "fused":
+            return _lower_online(variant, point, hw)
+        point = {**knobs, "softmax": "rows"}  # the nest is one fused kernel; with a cut: row blocks
     for temps in (True, False):  # step results of fused groups rotate like the loads, where SBUF allows
         try:
             return _lower(variant, point, hw, reuse="rotating", rotate_temps=temps)
@@ -141,6 +147,23 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = F
     )
     object.__setattr__(prog, "point", {**knobs, "_sbuf_peak": sbuf_peak, "_psum_banks": psum_peak})
     return prog
+
+
+def _lower_online(variant: Any, point: Any, hw: Any) -> TileProgram:
+    """The flash-style attention loop nest (`axon.lower.attention`) of a graph of that form."""
+    original = graph_of(variant)
+    graph = original.memo(("normalized",), lambda: normalize(original))
+    graph.check_bound()
+    form = graph.memo(("attention",), lambda: match_attention(graph))
+    if form is None:
+        raise LoweringError(f"softmax: {graph.name} is not of the attention form the online softmax lowers")
+    knobs = knobs_of(point)
+    header = (
+        f"workload: {graph.name}  shapes: {graph.bindings}",
+        f"variant: {_describe(variant)}",
+        f"point: {dict(sorted(knobs.items()))}",
+    )
+    return lower_attention(graph, form, knobs, hw, header)
 
 
 def _has_loop(stmts: Any, name: str) -> bool:

@@ -15,10 +15,13 @@ accumulates the two products in one PSUM bank and makes x @ a already transposed
 graphs elementwise over rows: `axon.lower.fold`; `split`: each row cut into shorter rows, the other
 way), `offload` (VectorE tensor_scalars moved to ScalarE: `axon.lower.engines`), `interleave` (a
 fused group's steps issued step-major over the m_block row tiles, so engines overlap across tiles),
-and `isel.<group>` (the verified instruction alternatives of each fused elementwise group). Knobs
-that cannot matter for a graph (tile_n without a matmul) are left out. The default point is the
-documented heuristic: fused, largest legal tiles, no blocking, n-outer loop order, single buffers,
-TensorE transposes, streamed weights, no fold/split/offload/interleave.
+and `isel.<group>` (the verified instruction alternatives of each fused elementwise group). A graph
+of the attention form (`axon.lower.attention`) also gets `softmax` (`online`: the flash-style loop
+nest, `rows`: the row-block lowering) and that nest's knobs (`kv_chunk`, `scores_copy`, `p_evac`,
+`attn_pipeline`, `attn_store`). Knobs that cannot matter for a graph (tile_n without a matmul) are
+left out. The default point is the documented heuristic: fused, largest legal tiles, no blocking,
+n-outer loop order, single buffers, TensorE transposes, streamed weights, no
+fold/split/offload/interleave, and the online softmax where it applies.
 It does not time anything; the tuner ranks points.
 """
 
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from axon.errors import AxonError
+from axon.lower.attention import ATTENTION_KNOBS, match_attention
 from axon.lower.engines import OFFLOAD_CHOICES
 from axon.lower.fold import SPLIT_CHOICES, fold_choices, split_blocker
 from axon.lower.fused import alternatives, groups_of
@@ -120,6 +124,8 @@ class Space:
             knobs.append(Knob("accumulate", ("shared", "separate")))
         if needs_transpose:
             knobs.append(Knob("transpose", ("pe", "dma")))
+        if match_attention(self.graph) is not None:
+            knobs += [Knob(name, choices) for name, choices in ATTENTION_KNOBS.items()]
         self.isel = dict(isel) if isel is not None else self._isel_choices()
         for group, n in sorted(self.isel.items()):
             knobs.append(Knob(f"isel.{group}", tuple(range(n))))
