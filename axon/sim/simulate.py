@@ -39,7 +39,6 @@ It deliberately ignores instruction fetch, SBUF bank conflicts and HBM page effe
 
 from __future__ import annotations
 
-
 from axon.errors import BackendError
 from axon.sim.dmaqueue import EngineCalendar
 from axon.sim.memory import RAW, WAW, MemoryState, buffer_slots
