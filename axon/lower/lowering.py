@@ -19,7 +19,6 @@ from axon.ir import Graph
 from axon.lower.elementwise import lower_node, release
 from axon.lower.fused import lower_group, plan_groups
 from axon.lower.matmul import lower_matmul, prepare_weights
-from axon.lower.memo import ReadMemo
 from axon.lower.passes import Pass, materializable, matmul_cuts, normalize, scratch_name, split
 from axon.lower.program import Comment, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram, tile_ref
 from axon.lower.roles import LoweringError, classify
@@ -76,15 +75,15 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
     graph = original.memo(("normalized",), lambda: normalize(original))  # the same graph objects for every
     graph.check_bound()  # point, so their memos hold
     knobs = knobs_of(point)
-    asked = frozenset(_cuts(graph, knobs["fusion"]))
-    passes, cuts = graph.memo(("split", asked), lambda: split(graph, asked))
+    cuts = frozenset(_cuts(graph, knobs["fusion"]))
+    passes, cuts = graph.memo(("split", cuts), lambda: split(graph, cuts))
     body: list[Stmt] = []
     scratch: list[Tensor] = []
     sbuf_peak = psum_peak = 0
     kernel_allocs: list[Tensor] = []  # on-chip buffers are shared by passes (allocated once, reused)
     for i, p in enumerate(passes):
         prefix = f"p{i}_" if len(passes) > 1 else ""
-        stmts, allocs = _memo_pass(graph, asked, i, p, knobs, hw, prefix, reuse)
+        stmts, allocs = _lower_pass(p, knobs, hw, prefix, reuse)
         stmts = _share_buffers(stmts, allocs, kernel_allocs)
         body.append(Comment(f"pass {i}: computes {', '.join(p.writes)}"))
         body.extend(stmts)
@@ -130,20 +129,6 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str) -> TileProgram:
     )
     object.__setattr__(prog, "point", {**knobs, "_sbuf_peak": sbuf_peak, "_psum_banks": psum_peak})
     return prog
-
-
-def _memo_pass(
-    graph: Graph, asked: frozenset[int], i: int, p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str
-) -> tuple[list[Stmt], list[Tensor]]:
-    """`_lower_pass`, kept per pass of the normalized graph by the knobs it read (`ReadMemo`): a point
-    that differs only in knobs this pass does not read gets the same statements without lowering it."""
-    memo = graph.memo(("lowered_pass", asked, i, prefix, reuse, hw), ReadMemo)  # pass i of split(graph, asked)
-    stmts, allocs = memo(knobs, lambda seen: _frozen(_lower_pass(p, seen, hw, prefix, reuse)))
-    return list(stmts), list(allocs)
-
-
-def _frozen(lowered: tuple[list[Stmt], list[Tensor]]) -> tuple[tuple[Stmt, ...], tuple[Tensor, ...]]:
-    return tuple(lowered[0]), tuple(lowered[1])
 
 
 def _has_loop(stmts: Any, name: str) -> bool:
