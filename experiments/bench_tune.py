@@ -9,16 +9,14 @@ shared, so the wall time depends on the other jobs and the CPU time is the stead
     python experiments/bench_tune.py                       # both workloads, 24 trials
     python experiments/bench_tune.py --workload rmsnorm_matmul --trials 200   # the old bar
 
-Last line, both workloads: `rmsnorm_matmul_trials_per_s=X attention_trials_per_s=Y
-rmsnorm_matmul_s=.. attention_s=.. rmsnorm_matmul_cpu_s=.. attention_cpu_s=.. rmsnorm_matmul_best_us=..
-attention_best_us=..`; one workload: `tune_<trials>_s=X best_us=Y measured=N trials_per_s=Z cpu_s=C`.
+Last line, both workloads: `rmsnorm_matmul_trials_per_s=X attention_trials_per_s=Y`, then the same
+per CPU second (`*_trials_per_cpu_s`), wall and CPU seconds (`*_s`, `*_cpu_s`) and the best kernel
+(`*_best_us`); one workload: `tune_<trials>_s=X best_us=Y measured=N trials_per_s=Z cpu_s=C
+trials_per_cpu_s=W`.
 
-Before and after the trial-cost work of issue 26 (same machine, both runs at once so they share its
-load; figures in experiments/results/bench_tune.txt): the best kernels are the same (same seed, same
-trials, same emitted kernels), the time per trial is lower because the lowering keeps each pass's
-statements by the knobs it read (`axon.lower.memo`), the sim backend reads the top-level loops from
-the source instead of tracing a probe, and the simulator moves an instruction between engines
-without `dataclasses.replace`.
+Before and after the trial-cost work of issue 26: experiments/results/bench_tune.txt (same machine,
+both runs at once so that they share its load; the best kernels are the same, since the same seed and
+code emit the same kernels and measure them to the same latency).
 """
 
 from __future__ import annotations
@@ -62,8 +60,9 @@ def both(trials: int) -> str:
         keys[f"{w}_trials_per_s"] = got["trials_per_s"]
         keys[f"{w}_s"] = got[f"tune_{trials}_s"]
         keys[f"{w}_cpu_s"] = got["cpu_s"]
+        keys[f"{w}_trials_per_cpu_s"] = got["trials_per_cpu_s"]
         keys[f"{w}_best_us"] = got["best_us"]
-    order = [f"{w}_{k}" for k in ("trials_per_s", "s", "cpu_s", "best_us") for w in WORKLOADS]
+    order = [f"{w}_{k}" for k in ("trials_per_s", "trials_per_cpu_s", "s", "cpu_s", "best_us") for w in WORKLOADS]
     return " ".join(f"{k}={keys[k]}" for k in order)
 
 
@@ -79,7 +78,7 @@ def main() -> None:
     r = one(args.workload, trials)
     print(
         f"tune_{trials}_s={r['s']:.1f} best_us={r['best_us']:.1f} measured={r['measured']} "
-        f"trials_per_s={trials / r['s']:.3f} cpu_s={r['cpu_s']:.1f}"
+        f"trials_per_s={trials / r['s']:.3f} cpu_s={r['cpu_s']:.1f} trials_per_cpu_s={trials / r['cpu_s']:.3f}"
     )
 
 
