@@ -6,6 +6,7 @@ A backend takes NKI source text, the kernel's name in it and its input specs, an
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import os
@@ -112,9 +113,27 @@ class SimBackend:
         try:
             fn = nki.load_kernel(f"{path}:{kernel}")
             loops: dict[int, int] = {}
-            if self.extrapolate:  # the loop structure first (a trace cut to one iteration per top-level loop is cheap)
+            ta = None
+            # the loop structure first: read from the source where its top-level loops have literal
+            # trip counts (checked against the first trace below), else from a trace cut to one
+            # iteration per top-level loop
+            literal = top_level_trips(source, kernel) if self.extrapolate else None
+            if literal is not None and not any(n >= steps for n in literal):
+                trace = nki.trace(fn, *specs, hw=hw)
+                if not _cut_loops(trace, steps):
+                    return _measurement(
+                        self.name, sim.simulate(trace, hw), len(trace.instructions), start, {"timing": "whole"}
+                    )
+                literal = None  # the source misled: trace it as if it had not been read
+            if literal is not None:
+                div = min(steps, min(n for n in literal if n >= steps) // 2)
+                ta = nki.trace(fn, *specs, hw=hw, loop_limit=cut(1, div))
+                loops = _cut_loops(ta, steps)
+                if sorted(loops.values()) != sorted(n for n in literal if n >= steps):
+                    ta, loops = None, {}
+            if ta is None and self.extrapolate:
                 probe = nki.trace(fn, *specs, hw=hw, loop_limit=1)
-                loops = {l.id: l.trip_count for l in probe.loops if l.parent is None and l.trip_count >= steps}
+                loops = _cut_loops(probe, steps)
             if not loops:
                 trace = nki.trace(fn, *specs, hw=hw)
                 return _measurement(
@@ -122,7 +141,8 @@ class SimBackend:
                 )
             # the same fraction of every cut loop, the smallest getting 2 iterations in the first run
             div = min(steps, min(loops.values()) // 2)
-            ta = nki.trace(fn, *specs, hw=hw, loop_limit=cut(1, div))
+            if ta is None:
+                ta = nki.trace(fn, *specs, hw=hw, loop_limit=cut(1, div))
             tb = nki.trace(fn, *specs, hw=hw, loop_limit=cut(2, div))
             timing_b = sim.simulate(tb, hw)
             timing_a = sim.simulate(ta, hw)
@@ -130,6 +150,45 @@ class SimBackend:
             return Measurement(self.name, "error", None, error=str(exc), wall_s=time.perf_counter() - start)
         counts = {lid: (cut(1, div)(n), cut(2, div)(n), n) for lid, n in loops.items()}
         return _extrapolated(self.name, (ta, timing_a), (tb, timing_b), counts, start)
+
+
+def _cut_loops(trace: Any, steps: int) -> dict[int, int]:
+    """The top-level loops of `trace` long enough to cut (at least `steps` iterations): id -> trips."""
+    return {l.id: l.trip_count for l in trace.loops if l.parent is None and l.trip_count >= steps}
+
+
+_RANGES = ("affine_range", "sequential_range", "static_range", "dynamic_range")  # the NKI loops a trace records
+
+
+def top_level_trips(source: str, kernel: str) -> list[int] | None:
+    """The trip counts of the top-level loops of `kernel` in `source`, in order, when every statement
+    of its body is either a loop over a range of a literal size or holds no loop at all; None when
+    the source does not say (a computed trip count, a loop under an `if`, no such function)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
+    if fn is None:
+        return None
+    trips: list[int] = []
+    for stmt in fn.body:
+        if isinstance(stmt, ast.For):
+            call = stmt.iter
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr in _RANGES
+                and len(call.args) == 1
+            ):
+                return None
+            size = call.args[0]
+            if not isinstance(size, ast.Constant) or type(size.value) is not int or stmt.orelse:
+                return None
+            trips.append(size.value)
+        elif any(isinstance(n, (ast.For, ast.While, ast.AsyncFor)) for n in ast.walk(stmt)):
+            return None
+    return trips
 
 
 def _measurement(name: str, timing: Any, instructions: int, start: float, details: dict[str, Any]) -> Measurement:

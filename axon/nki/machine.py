@@ -74,6 +74,7 @@ class Machine(MachineMemory):
         self._block_ids: dict[tuple[int, tuple[int, ...]], int] = {}  # (alloc, block) -> trace buffer id
         self.shared_tensors: dict[Any, View] = {}
         self._limits: dict[str, int] = {}
+        self._accesses: dict[tuple[Any, ...], Access] = {}
         self.program_ids: tuple[int, ...] = ()
         self.num_programs: tuple[int, ...] = ()
         self._token: contextvars.Token[Machine | None] | None = None
@@ -121,6 +122,26 @@ class Machine(MachineMemory):
 
     # ---- instructions --------------------------------------------------------------------------
     def access(self, v: View) -> Access:
+        """The trace's record of `v`: a pure function of the key below (the block id a block gets is
+        fixed at its first access), so kept per machine, since loop bodies touch the same tiles."""
+        al = v.alloc
+        key = (
+            al.id,
+            al.kind,
+            al.par_axis,
+            al.strides,
+            al.dtype.itemsize,
+            al.blocks is None,
+            v.starts,
+            v.steps,
+            v.sizes,
+        )
+        known = self._accesses.get(key)
+        if known is None:
+            known = self._accesses[key] = self._access(v)
+        return known
+
+    def _access(self, v: View) -> Access:
         al = v.alloc
         pa = al.par_axis
         lo = hi = 0

@@ -177,6 +177,9 @@ class View(ViewOperators):
         """Apply a NumPy-style key (ints, slices, nl.ds, affine index expressions, ...)."""
         if not isinstance(key, tuple):
             key = (key,)
+        plain = self._index_plain(key)
+        if plain is not None:
+            return plain
         for i, k in enumerate(key):
             if k is Ellipsis:
                 fill = len(self.kept) - (len(key) - 1)
@@ -274,6 +277,42 @@ class View(ViewOperators):
             tuple(vpos) if with_vars else None,
         )
         out.maybe_oob = has_var or self.maybe_oob
+        return out
+
+    def _index_plain(self, key: tuple[Any, ...]) -> View | None:
+        """`index` for the keys kernels use most (Python ints and slices, on a view without index
+        variables), without the general path's scans; None for any other key, or one that is out of
+        range (the general path then indexes it, or raises its error)."""
+        if self.vars is not None or len(key) > len(self.kept):
+            return None
+        starts, steps, sizes = list(self.starts), list(self.steps), list(self.sizes)
+        kept: list[int] = []
+        n = len(key)
+        for d, a in enumerate(self.kept):
+            if d >= n:
+                kept.append(a)
+                continue
+            k = key[d]
+            if type(k) is slice:
+                lo, hi, st = k.indices(sizes[a])
+                if st <= 0:
+                    return None
+                starts[a] += steps[a] * lo
+                steps[a] *= st
+                sizes[a] = len(range(lo, hi, st))
+                kept.append(a)
+            elif isinstance(k, int) and not isinstance(k, bool):
+                k = int(k)
+                if k < 0:
+                    k += sizes[a]
+                if not 0 <= k < sizes[a]:
+                    return None
+                starts[a] += steps[a] * k
+                sizes[a] = 1
+            else:
+                return None
+        out = View(self.alloc, tuple(starts), tuple(steps), tuple(sizes), tuple(kept), None, None)
+        out.maybe_oob = self.maybe_oob
         return out
 
     def _permuted(self, key: tuple[Any, ...]) -> View:

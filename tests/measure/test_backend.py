@@ -7,7 +7,8 @@ import pytest
 from axon import nki
 from axon.lower import lower
 from axon.lower.emit import emit
-from axon.measure.backend import SimBackend, write_kernel
+from axon.measure import backend as backend_module
+from axon.measure.backend import SimBackend, top_level_trips, write_kernel
 from axon.target import load_hw
 from axon.workloads import get
 
@@ -56,3 +57,65 @@ def test_small_kernels_are_simulated_whole():
     src, kernel, inputs = _kernel("softmax", {}, {})
     m = SimBackend().measure(src, kernel, inputs, HW)
     assert m.status == "ok" and m.details["timing"] == "whole"
+
+
+def _measure_by_probe(monkeypatch, src, kernel, inputs):
+    """The measurement with the loop structure found by a probe trace (the source not read)."""
+    with monkeypatch.context() as m:
+        m.setattr(backend_module, "top_level_trips", lambda source, kernel: None)
+        return SimBackend().measure(src, kernel, inputs, HW)
+
+
+def _same(a, b):
+    return (a.status, a.latency_ns, a.instructions, a.dma_bytes, a.engine_busy_ns, a.details) == (
+        b.status,
+        b.latency_ns,
+        b.instructions,
+        b.dma_bytes,
+        b.engine_busy_ns,
+        b.details,
+    )
+
+
+def test_top_level_trips_reads_literal_loops_and_declines_the_rest():
+    src, kernel, _ = _kernel("softmax", dict(M=4096), {"tile_m": 128})
+    assert top_level_trips(src, kernel) == [32]
+    assert top_level_trips(src, "no_such_kernel") is None
+    loop = "def k(a):\n    x = 1\n    for i in nl.affine_range({}):\n        pass\n    return x\n"
+    assert top_level_trips(loop.format(16), "k") == [16]
+    assert top_level_trips(loop.format("n"), "k") is None  # computed trip count
+    assert top_level_trips(loop.format("16, 32"), "k") is None
+    assert top_level_trips("def k(a):\n    for i in range(16):\n        pass\n", "k") is None  # not an NKI loop
+    nested = "def k(a):\n    if a:\n        for i in nl.affine_range(16):\n            pass\n"
+    assert top_level_trips(nested, "k") is None  # a loop under an if
+
+
+@pytest.mark.parametrize(
+    "name,dims,point",
+    [
+        ("softmax", dict(M=4096), {"tile_m": 128, "bufs": 2}),
+        ("rmsnorm_matmul", dict(M=2048), {"fusion": "unfused", "weights": "resident"}),
+        ("softmax", {}, {}),
+    ],
+)
+def test_loops_read_from_the_source_measure_as_the_probe_does(monkeypatch, name, dims, point):
+    src, kernel, inputs = _kernel(name, dims, point)
+    assert top_level_trips(src, kernel) is not None
+    read = SimBackend().measure(src, kernel, inputs, HW)
+    assert read.status == "ok", read.error
+    assert _same(read, _measure_by_probe(monkeypatch, src, kernel, inputs))
+
+
+def test_a_source_whose_loops_hide_in_a_helper_falls_back_to_the_probe(monkeypatch, tmp_path):
+    """The kernel body calls a helper holding the long loop: the source shows no top-level loop,
+    the whole trace does, and the measurement is the probe's (extrapolated), not the whole trace's."""
+    src, kernel, inputs = _kernel("softmax", dict(M=4096), {"tile_m": 128})
+    head, _, body = src.partition(f"def {kernel}(")
+    params, _, rest = body.partition("):\n")
+    head = head.removesuffix("@nki.jit\n")
+    hidden = f"{head}def _body({params}):\n{rest}\n\n@nki.jit\ndef {kernel}({params}):\n    return _body({params})\n"
+    assert top_level_trips(hidden, kernel) == []
+    read = SimBackend().measure(hidden, kernel, inputs, HW)
+    assert read.status == "ok", read.error
+    assert read.details["timing"] == "extrapolated"
+    assert _same(read, _measure_by_probe(monkeypatch, hidden, kernel, inputs))
