@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sqlite3
@@ -178,17 +179,25 @@ def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # a hang below dumps every thread's stack
     )
     deadline = time.time() + 240
     try:
         while time.time() < deadline:
             time.sleep(0.5)
-            if (work / "records.db").exists():
-                with sqlite3.connect(work / "records.db") as db:
+            try:
+                with sqlite3.connect(f"file:{work / 'records.db'}?mode=ro", uri=True) as db:
                     if db.execute("SELECT count(*) FROM records WHERE status = 'ok'").fetchone()[0] >= 2:
                         break
+            except sqlite3.OperationalError:  # not created yet, or its table not yet
+                pass
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"no exit within 120 s of Ctrl-C; the stacks at SIGABRT:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
