@@ -16,25 +16,28 @@ from typing import Any
 from axon.ir import Graph
 from axon.lower.elementwise import concat_slot, iteration, new_view, operand, out_dtype, own, slot_dies
 from axon.lower.groups import fused_groups
+from axon.lower.moments import moment_nodes
 from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
 from axon.lower.state import LoweringState, for_j, j_off
 from axon.synth.isel import synthesize_instructions
 
 _ENGINE_ARG = {"scalar": "nisa.scalar_engine", "gpsimd": "nisa.gpsimd_engine"}
+# interleave=True with m_block=1: a fused group over column windows (see `column_chunks`)
+MAX_WINDOWS, WINDOW_MIN = 8, 512
 _RED = {"add": "nl.add", "max": "nl.maximum", "min": "nl.minimum", "multiply": "nl.multiply"}
 
 
-def alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
+def alternatives(graph: Graph, sink: int, dropped: frozenset[int] = frozenset()) -> tuple[Any, ...]:
     """The verified alternatives of the group ending at `sink`.
 
     Memoized on the group's structure (ops, attributes, leaf kinds and constants, with node ids made
     local), so variants and presets that share a group search once: the search is a pure function;
     and per graph, since the sampler lowers the same variant for every candidate point."""
-    return graph.memo(("isel-alternatives", sink), lambda: _alternatives(graph, sink))
+    return graph.memo(("isel-alternatives", sink, dropped), lambda: _alternatives(graph, sink, dropped))
 
 
-def _alternatives(graph: Graph, sink: int) -> tuple[Any, ...]:
-    for grp in fused_groups(graph):
+def _alternatives(graph: Graph, sink: int, dropped: frozenset[int]) -> tuple[Any, ...]:
+    for grp in fused_groups(graph, dropped=dropped):
         if grp.sink == sink:
             local = {n: i for i, n in enumerate(list(grp.nodes) + [l.node for l in grp.leaves])}
             sig = (
@@ -81,14 +84,17 @@ def _relabel(alt: Any, mapping: dict[int, int]) -> Any:
     return dataclasses.replace(alt, steps=steps)
 
 
-def groups_of(graph: Graph) -> list[Any]:
-    """Groups worth synthesizing: several ops, a reduction, or an op reading a matmul result."""
+def groups_of(graph: Graph, dropped: frozenset[int] = frozenset()) -> list[Any]:
+    """Groups worth synthesizing: several ops, a reduction, or an op reading a matmul result
+    (`dropped`: nodes computed otherwise, see `axon.lower.groups.fused_groups`)."""
 
     def reads_matmul(g: Any) -> bool:
         return any(graph.nodes[l.node].op == "matmul" for l in g.leaves)
 
     return [
-        g for g in fused_groups(graph) if len(g.nodes) > 1 or graph.nodes[g.nodes[0]].op == "reduce" or reads_matmul(g)
+        g
+        for g in fused_groups(graph, dropped=dropped)
+        if len(g.nodes) > 1 or graph.nodes[g.nodes[0]].op == "reduce" or reads_matmul(g)
     ]
 
 
@@ -99,8 +105,9 @@ def plan_groups(st: LoweringState, origin: tuple[int, ...]) -> None:
     if st.knobs.get("fusion") == "unfused":
         st.__dict__["groups"], st.__dict__["internal"] = chosen, internal
         return
-    for grp in groups_of(st.graph):
-        alts = alternatives(st.graph, grp.sink)
+    dropped = moment_nodes(st)  # computed by bn_stats/bn_aggr at this point: no group computes them
+    for grp in groups_of(st.graph, dropped):
+        alts = alternatives(st.graph, grp.sink, dropped)
         if not alts:
             continue
         k = int(st.knobs.get(f"isel.g{origin[grp.sink]}", 0))
@@ -235,7 +242,11 @@ def prepare_group(st: LoweringState, sink_node: Any) -> Any:
         pending[("step", i)] = (place[i], width)
     comment = f"group %{', %'.join(map(str, grp.nodes))}: {alt.describe()}"
 
-    def emit(j: Expr, window: tuple[Expr, int] | None = None, override: dict[int, Ref] | None = None) -> list[Stmt]:
+    def emit(
+        j: Expr, window: tuple[Expr, int] | None = None, override: dict[int, Ref] | None = None, again: bool = False
+    ) -> list[Stmt]:
+        """The group's instructions for row tile j (over the columns of `window`); `again`: the
+        [P, 1] steps were emitted with an earlier window, only their results are referred to."""
         results: list[Ref] = []
         out: list[Stmt] = []
         for i, step in enumerate(alt.steps):
@@ -257,7 +268,8 @@ def prepare_group(st: LoweringState, sink_node: Any) -> Any:
                 args.append(("engine", _ENGINE_ARG[step.engine]))
             if step.opcode == "tensor_reduce":
                 args += [("axis", 1), ("keepdims", True)]
-            out.append(TileInstr(step.opcode, step.engine, dst, tuple(args), comment if i == 0 else ""))
+            if not (again and not full):
+                out.append(TileInstr(step.opcode, step.engine, dst, tuple(args), comment if i == 0 else ""))
             results.append(dict(args)["reduce_res"] if "reduce_res" in dict(args) else dst)
         return out
 
@@ -276,11 +288,34 @@ def _dying_leaves(st: LoweringState, grp: Any, f: int) -> dict[int, Any]:
     return out
 
 
+def column_chunks(st: LoweringState, grp: Any, f: int) -> int:
+    """How many column windows of at least `WINDOW_MIN` columns (at most `MAX_WINDOWS`) the group is
+    emitted in: with knob interleave=True and one row tile per block (where step-major order over the
+    block's row tiles has nothing to interleave), else 1; 1 for a reduction."""
+    if st.mb > 1 or not st.knobs.get("interleave", False) or grp.reduce is not None:
+        return 1
+    chunks = min(MAX_WINDOWS, f // WINDOW_MIN)
+    return chunks if chunks > 1 and f % chunks == 0 else 1
+
+
 def lower_group(st: LoweringState, sink_node: Any) -> list[Stmt]:
     if sink_node.id in st.__dict__.get("evacuated", ()):
         return []  # already computed while its matmul's PSUM tiles were evacuated
     emit = prepare_group(st, sink_node)
-    if st.mb > 1 and st.knobs.get("interleave", False):
+    grp = st.__dict__["groups"][sink_node.id][0]
+    f = max(
+        st.graph.concrete_shape(i)[-1]
+        for i in list(grp.nodes) + [l.node for l in grp.leaves]
+        if st.graph.concrete_shape(i)
+    )
+    chunks = column_chunks(st, grp, f)
+    if chunks > 1:
+        # window-major: every step over the first F/chunks columns, then the next window, so a step on
+        # one engine runs while the next step's engine works on the window before (an in-order engine
+        # otherwise waits for the whole row at each change of engine); [P, 1] steps only once
+        w = f // chunks
+        stmts = for_j(st, lambda j: [s for c in range(chunks) for s in emit(j, (Expr.of(c * w), w), None, c > 0)])
+    elif st.mb > 1 and st.knobs.get("interleave", False):
         # step-major: each step for every row tile of the block before the next step, so an engine
         # has the other tiles' work queued while it waits for another engine on this one (each row
         # tile's values have their own slots; a reduction's discarded output is the only shared one)

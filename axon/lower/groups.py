@@ -14,28 +14,34 @@ from axon.lower.roles import classify, scalar_value
 from axon.synth.groups import FusedGroup, Leaf
 
 
-def fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None = None) -> list[FusedGroup]:
+def fused_groups(
+    graph: Graph, row_kinds: Mapping[int, str] | None = None, dropped: frozenset[int] = frozenset()
+) -> list[FusedGroup]:
     """Maximal elementwise groups (a reduction ends its group; [P, 1] and full-tile chains apart).
 
-    A pure function of the (immutable) graph: memoized, since lowering asks for every point."""
+    `dropped` nodes are computed otherwise (`axon.lower.moments`): they are in no group, are leaves
+    of the groups that read them, and do not count as readers. A pure function of the (immutable)
+    graph: memoized, since lowering asks for every point."""
     if row_kinds is not None:
-        return _fused_groups(graph, row_kinds)
-    return list(_groups_of(graph))
+        return _fused_groups(graph, row_kinds, dropped)
+    return list(_groups_of(graph, dropped))
 
 
 @lru_cache(maxsize=512)
-def _groups_of(graph: Graph) -> tuple[FusedGroup, ...]:
-    return tuple(_fused_groups(graph, None))
+def _groups_of(graph: Graph, dropped: frozenset[int]) -> tuple[FusedGroup, ...]:
+    return tuple(_fused_groups(graph, None, dropped))
 
 
-def _fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None) -> list[FusedGroup]:
+def _fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None, dropped: frozenset[int]) -> list[FusedGroup]:
     roles = classify(graph)
-    users = graph.users()
+    users = {i: [u for u in us if u not in dropped] for i, us in graph.users().items()}
     shape = graph.concrete_shape
     group_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     closed: set[int] = set()
     for n in graph.nodes:
+        if n.id in dropped:
+            continue
         if roles.role.get(n.id) != "row" or not (n.op in UNARY or n.op in BINARY or n.op == "pow" or n.op == "reduce"):
             continue
         gid = n.id

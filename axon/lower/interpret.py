@@ -3,7 +3,8 @@
 It executes the statement tree instruction by instruction (fp32 arithmetic, results rounded to the
 destination dtype) and checks that every operand shape matches. It is a lowering self-check, not an
 NKI emulator: it reads no source, models no hardware rule beyond shapes, and records no trace.
-The op meanings come from `axon.ir.ops` (the same definitions the reference uses).
+The op meanings come from `axon.ir.ops` (the same definitions the reference uses); the row
+statistics bn_stats/bn_aggr, which are no IR op, from the ISA table (`axon.target.isa`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from axon.errors import NKIError
 from axon.ir.ops import BINARY, UNARY, NumpyMath
 from axon.lower.program import Comment, Free, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram
+from axon.target import isa
 
 _M = NumpyMath()
 _ACT = {"nl.copy": lambda x: x, "nl.gelu_apprx_tanh": lambda x: UNARY["gelu"](_M, x)}
@@ -152,6 +154,10 @@ class _Machine:
                 out = _RED[a["op"]](a["data"], axis=1, keepdims=True)
             elif op == "reciprocal":
                 out = 1.0 / a["data"]
+            elif op == "bn_stats":  # the row statistics of the ISA table (aggregates, not an IR op)
+                out = isa.sem_bn_stats(_M, a["data"])
+            elif op == "bn_aggr":
+                out = isa.sem_bn_aggr(_M, a["data"])
             else:
                 raise NKIError(f"interpret: unknown opcode {op}")
         self.write(ins.dst, env, np.asarray(out, dtype=np.float32))

@@ -31,6 +31,7 @@ from axon.lower.matsum import (
     lower_transposed_product,
     plan_sums,
 )
+from axon.lower.moments import lower_moment, plan_moments
 from axon.lower.passes import Pass, materializable, matmul_cuts, normalize, scratch_name, split
 from axon.lower.program import Comment, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram, tile_ref
 from axon.lower.roles import LoweringError, classify
@@ -266,6 +267,7 @@ def _lower_pass(
     # only in passes without matmuls: elementwise chains, which otherwise serialize row blocks on their temps
     st.__dict__["rotate_temps"] = rotate_temps and not any(n.op == "matmul" for n in g.nodes)
     plan_groups(st, p.origin)
+    plan_moments(st)
     plan_sums(st)
     pre: list[Stmt] = []
     for nid, role in sorted(roles.role.items()):
@@ -308,7 +310,9 @@ def _row_block(st: LoweringState, p: Pass) -> list[Stmt]:
     block: list[Stmt] = []
     done: set[int] = st.__dict__.setdefault("done", set())  # nodes emitted so far (read by in-place decisions)
     for node in [n for n in p.graph.nodes if st.roles.role.get(n.id) == "row"]:
-        if is_term(st, node.id):  # a product of a sum accumulated in one PSUM bank
+        if node.id in st.__dict__.get("moments", {}):  # mean and variance from bn_stats/bn_aggr
+            block.extend(lower_moment(st, node.id))
+        elif is_term(st, node.id):  # a product of a sum accumulated in one PSUM bank
             block.extend(lower_term(st, node))
         elif is_sum(st, node.id):
             block.extend(lower_sum(st, node))

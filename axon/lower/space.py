@@ -14,8 +14,10 @@ accumulates the two products in one PSUM bank and makes x @ a already transposed
 `separate` lowers each matmul on its own; see `matsum`), `fold` (consecutive rows per partition, for
 graphs elementwise over rows: `axon.lower.fold`; `split`: each row cut into shorter rows, the other
 way), `offload` (VectorE tensor_scalars moved to ScalarE: `axon.lower.engines`), `interleave` (a
-fused group's steps issued step-major over the m_block row tiles, so engines overlap across tiles),
-and `isel.<group>` (the verified instruction alternatives of each fused elementwise group). A graph
+fused group's steps issued step-major over the m_block row tiles, so engines overlap across tiles;
+with m_block=1, over column windows of the row tile instead), `moments` (where a row's mean and
+centred sum of squares are computed: two passes, or one read with bn_stats/bn_aggr,
+`axon.lower.moments`), and `isel.<group>` (the verified instruction alternatives of each fused elementwise group). A graph
 of the attention form (`axon.lower.attention`) also gets `softmax` (`online`: the flash-style loop
 nest, `rows`: the row-block lowering) and that nest's knobs (`kv_chunk`, `scores_copy`, `p_evac`,
 `attn_pipeline`, `attn_store`). Knobs that cannot matter for a graph (tile_n without a matmul) are
@@ -40,6 +42,7 @@ from axon.lower.fold import SPLIT_CHOICES, fold_choices, split_blocker
 from axon.lower.fused import alternatives, groups_of
 from axon.lower.lowering import graph_of, lower
 from axon.lower.matsum import shared_sums, transposed_products
+from axon.lower.moments import MOMENTS_CHOICES, match_moments
 from axon.lower.passes import materializable, matmul_cuts, normalize, split
 from axon.lower.roles import LoweringError
 
@@ -105,6 +108,8 @@ class Space:
         if not has_mm:  # VectorE tensor_scalars moved to ScalarE (an elementwise kernel's idle engine),
             knobs.append(Knob("offload", OFFLOAD_CHOICES))  # fused steps issued step-major over a block
             knobs.append(Knob("interleave", (False, True)))
+        if match_moments(g):  # a row's mean and centred sum of squares: two passes or bn_stats/bn_aggr
+            knobs.append(Knob("moments", MOMENTS_CHOICES))
         folds = fold_choices(g)  # every value elementwise over rows: short rows may share a partition
         if len(folds) > 1:
             knobs.append(Knob("fold", folds))
@@ -135,10 +140,14 @@ class Space:
         """Number of verified alternatives per fused group of the fused passes (groups with >= 2)."""
         out: dict[str, int] = {}
         for p in split(self.graph, set())[0]:
-            for grp in groups_of(p.graph):
-                n = len(alternatives(p.graph, grp.sink))
-                if n >= 2:
-                    out[f"g{p.origin[grp.sink]}"] = n
+            # the groups with and without the row moments computed by bn_stats (knob `moments`)
+            dropped = frozenset(n for m in match_moments(p.graph) for n in (m.total, m.mean, m.square, m.sumsq))
+            for drop in dict.fromkeys((frozenset(), dropped)):
+                for grp in groups_of(p.graph, drop):
+                    n = len(alternatives(p.graph, grp.sink, drop))
+                    key = f"g{p.origin[grp.sink]}"
+                    if n >= 2:
+                        out[key] = max(n, out.get(key, 0))
         return out
 
     def isel_alternatives(self) -> dict[str, list[str]]:

@@ -271,7 +271,9 @@ def _piece_solutions(
     if reduce is None and (not found or reads_matmul):
         for prep in _preps(piece, kinds, consts):
             extra = ((("step", 0), "vec"),)
-            for step in _forms(piece, kinds, consts, (), None, extra):
+            # the piece's own activation functions too: exp(x - m) is activation(exp, x, bias=-m)
+            # after a per-row negation of m, one full-tile instruction instead of two
+            for step in _forms(piece, kinds, consts, acts, None, extra):
                 if checker.out_of_time():
                     return found
                 if ("step", 0) not in [v for _, v in step.args]:

@@ -51,7 +51,9 @@ class Z3Math:
 
     # primitives ------------------------------------------------------------------------------
     def exp(self, x: Any) -> Any:
-        x = _real(x)
+        # the argument in Z3's normal form (x - m is x + -1*m, x * 1 is x), so that exp of equal sums
+        # written differently splits into the same factors
+        x = z3.simplify(_real(x))
         # exp(a + b) = exp(a) * exp(b) for all reals: applied here on the term, never as an axiom.
         if z3.is_add(x):
             out = None

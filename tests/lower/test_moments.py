@@ -1,0 +1,92 @@
+"""Row mean and variance from bn_stats/bn_aggr (knob `moments`) and fused groups over column
+windows (knob `interleave` with one row tile per block): the pattern is found by structure, the kernels match the float64 reference
+on random rows and on rows where a one-pass E[x^2] - E[x]^2 would fail (large offset, near-constant)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import axon.nki
+from axon.ir import evaluate, max_rel_error, reference_case
+from axon.ir.ops import NumpyMath
+from axon.lower import emit, interpret, lower
+from axon.lower.moments import match_moments
+from axon.lower.program import TileInstr, TileLoop
+from axon.lower.space import Space
+from axon.target import isa, load_hw
+from axon.workloads import get
+
+from .conftest import TOL
+
+HW = load_hw("trn1")
+
+
+def _instrs(stmts):
+    for s in stmts:
+        if isinstance(s, TileLoop):
+            yield from _instrs(s.body)
+        elif isinstance(s, TileInstr):
+            yield s
+
+
+def _run(prog, src, inputs):
+    res = axon.nki.run(src, *[inputs[t.name] for t in prog.inputs], hw=HW)
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    return {name: np.asarray(r, dtype=np.float64) for name, r in zip(prog.output_names, res)}
+
+
+@pytest.mark.parametrize("name,found", [("layernorm", 1), ("rmsnorm", 0), ("softmax", 0)])
+def test_the_mean_and_centred_sum_of_squares_pattern_is_found_by_structure(name, found):
+    graph = get(name).graph("small")
+    assert len(match_moments(graph)) == found
+    knobs = [k.name for k in Space(graph, HW, isel={}).knobs]
+    assert ("moments" in knobs) == bool(found)
+
+
+def test_bn_aggr_of_chunk_statistics_is_the_two_pass_mean_and_variance_on_offset_rows():
+    rng = np.random.default_rng(1)
+    x = (1e4 + rng.normal(size=(4, 1536))).astype(np.float32)  # 3 chunks of 512 (bn_stats_fmax)
+    stats = np.concatenate([isa.sem_bn_stats(NumpyMath(), x[:, c : c + 512]) for c in range(0, 1536, 512)], axis=1)
+    mv = isa.sem_bn_aggr(NumpyMath(), stats)
+    x64 = x.astype(np.float64)
+    var = ((x64 - x64.mean(1, keepdims=True)) ** 2).mean(1)
+    assert np.allclose(mv[:, 0], x64.mean(1), rtol=1e-6)
+    assert np.allclose(mv[:, 1], var, rtol=1e-4)  # E[x^2] - E[x]^2 in float32 would lose every digit here
+
+
+@pytest.mark.parametrize(
+    "point", [{"moments": "bn_stats"}, {"moments": "bn_stats", "bufs": 2, "interleave": True, "offload": "all"}]
+)
+@pytest.mark.parametrize("rows", ["random", "offset", "near-constant"])
+def test_layernorm_with_bn_stats_matches_the_reference(point, rows):
+    graph = get("layernorm").graph("small", N=1280)  # a last bn_stats chunk of 256 columns
+    prog = lower(graph, point, HW)
+    ops = [i.opcode for i in _instrs(prog.body)]
+    assert ops.count("bn_stats") == 3 and ops.count("bn_aggr") == 1
+    assert "tensor_reduce" not in ops and "activation_reduce" not in ops  # one read of x for both statistics
+    inputs, ref = reference_case(graph)
+    if rows == "offset":
+        inputs["x"] = (inputs["x"] + 1e4).astype(np.float32)
+    elif rows == "near-constant":
+        inputs["x"] = (3.0 + 1e-3 * inputs["x"]).astype(np.float32)
+    ref = evaluate(graph, inputs)
+    two_pass = lower(graph, {k: v for k, v in point.items() if k != "moments"}, HW)
+    # the error of the float32 two-pass kernel on the same rows (the input's own rounding dominates
+    # on offset rows): bn_stats must do no worse than it, and meet the tolerance on random rows
+    bar = max(TOL["float32"], 1.5 * max_rel_error(_run(two_pass, emit(two_pass), inputs), ref))
+    assert max_rel_error(interpret(prog, inputs), ref) <= bar
+    assert max_rel_error(_run(prog, emit(prog), inputs), ref) <= bar, "emitted source"
+
+
+@pytest.mark.parametrize("name", ["softmax", "gelu", "layernorm"])
+def test_interleave_with_one_row_tile_issues_groups_over_column_windows(name):
+    graph = get(name).graph("small", N=2048)
+    plain = list(_instrs(lower(graph, {}, HW).body))
+    prog = lower(graph, {"interleave": True}, HW)
+    ops = list(_instrs(prog.body))
+    assert any(i.free_size == 512 for i in ops)  # steps over windows of a quarter row
+    assert sum(i.free_size == 1 for i in ops) == sum(i.free_size == 1 for i in plain)  # [P, 1] steps once
+    x, ref = reference_case(graph)
+    assert max_rel_error(interpret(prog, x), ref) <= TOL["float32"]
+    assert max_rel_error(_run(prog, emit(prog), x), ref) <= TOL["float32"], "emitted source"
