@@ -294,6 +294,11 @@ def column_chunks(st: LoweringState, grp: Any, f: int) -> int:
     block's row tiles has nothing to interleave), else 1; 1 for a reduction."""
     if st.mb > 1 or not st.knobs.get("interleave", False) or grp.reduce is not None:
         return 1
+    kinds: dict[Any, str] = {l.node: l.kind for l in grp.leaves}
+    for i, step in enumerate(st.__dict__["groups"][grp.sink][1].steps):
+        kinds[("step", i)] = "full" if _is_full(st, step, kinds) else "vec"
+    if sum(1 for k, v in kinds.items() if isinstance(k, tuple) and v == "full") < 2:
+        return 1  # one full-width step: no other engine's step to overlap with
     chunks = min(MAX_WINDOWS, f // WINDOW_MIN)
     return chunks if chunks > 1 and f % chunks == 0 else 1
 
@@ -309,6 +314,7 @@ def lower_group(st: LoweringState, sink_node: Any) -> list[Stmt]:
         if st.graph.concrete_shape(i)
     )
     chunks = column_chunks(st, grp, f)
+    stmts: list[Stmt]
     if chunks > 1:
         # window-major: every step over the first F/chunks columns, then the next window, so a step on
         # one engine runs while the next step's engine works on the window before (an in-order engine
@@ -320,7 +326,7 @@ def lower_group(st: LoweringState, sink_node: Any) -> list[Stmt]:
         # has the other tiles' work queued while it waits for another engine on this one (each row
         # tile's values have their own slots; a reduction's discarded output is the only shared one)
         j = Expr.of(Affine.of("i_j"))
-        stmts: list[Stmt] = [TileLoop("i_j", st.mb, (ins,), "row_tile") for ins in emit(j)]
+        stmts = [TileLoop("i_j", st.mb, (ins,), "row_tile") for ins in emit(j)]
     else:
         stmts = for_j(st, emit)
     st.__dict__.setdefault("pool", []).extend(emit.borrowed)  # step results are dead once the sink is written

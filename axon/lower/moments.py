@@ -16,7 +16,7 @@ statistics are aggregates over the free axis, which the elementwise SMT semantic
 `axon.synth.isel` do not express. Its numerics are those of the emulator's `bn_stats`/`bn_aggr`
 (`axon.target.semantics`), tested against the float64 two-pass form on offset and near-constant
 rows (tests/lower/test_moments.py), and every kernel using it is checked like any other.
-The knob `moments` ("two_pass" | "bn_stats") chooses; the pattern is found on the graph's
+The knob `moments` chooses ("bn_stats", the default, or "two_pass"); the pattern is found on the graph's
 structure only.
 """
 

@@ -16,8 +16,9 @@ graphs elementwise over rows: `axon.lower.fold`; `split`: each row cut into shor
 way), `offload` (VectorE tensor_scalars moved to ScalarE: `axon.lower.engines`), `interleave` (a
 fused group's steps issued step-major over the m_block row tiles, so engines overlap across tiles;
 with m_block=1, over column windows of the row tile instead), `moments` (where a row's mean and
-centred sum of squares are computed: two passes, or one read with bn_stats/bn_aggr,
-`axon.lower.moments`), and `isel.<group>` (the verified instruction alternatives of each fused elementwise group). A graph
+centred sum of squares are computed: one read with bn_stats/bn_aggr, or two passes;
+`axon.lower.moments`), and `isel.<group>` (the verified instruction alternatives of each fused
+elementwise group). A graph
 of the attention form (`axon.lower.attention`) also gets `softmax` (`online`: the flash-style loop
 nest, `rows`: the row-block lowering) and that nest's knobs (`kv_chunk`, `scores_copy`, `p_evac`,
 `attn_pipeline`, `attn_store`). Knobs that cannot matter for a graph (tile_n without a matmul) are

@@ -1,6 +1,7 @@
 """Row mean and variance from bn_stats/bn_aggr (knob `moments`) and fused groups over column
-windows (knob `interleave` with one row tile per block): the pattern is found by structure, the kernels match the float64 reference
-on random rows and on rows where a one-pass E[x^2] - E[x]^2 would fail (large offset, near-constant)."""
+windows (knob `interleave` with one row tile per block): the pattern is found by structure, the
+kernels match the float64 reference on random rows and on rows where a one-pass E[x^2] - E[x]^2
+would fail (large offset, near-constant)."""
 
 from __future__ import annotations
 
@@ -79,14 +80,20 @@ def test_layernorm_with_bn_stats_matches_the_reference(point, rows):
     assert max_rel_error(_run(prog, emit(prog), inputs), ref) <= bar, "emitted source"
 
 
-@pytest.mark.parametrize("name", ["softmax", "gelu", "layernorm"])
-def test_interleave_with_one_row_tile_issues_groups_over_column_windows(name):
-    graph = get(name).graph("small", N=2048)
-    plain = list(_instrs(lower(graph, {}, HW).body))
-    prog = lower(graph, {"interleave": True}, HW)
+@pytest.mark.parametrize("name,isel", [("softmax", {"isel.g3": 1}), ("gelu", {}), ("layernorm", {})])
+def test_interleave_with_one_row_tile_issues_groups_over_column_windows(name, isel):
+    graph = get(name).graph("small", N=2048)  # softmax's isel.g3=1: x - max on VectorE, then exp on ScalarE
+    plain = list(_instrs(lower(graph, isel, HW).body))
+    prog = lower(graph, {**isel, "interleave": True}, HW)
     ops = list(_instrs(prog.body))
     assert any(i.free_size == 512 for i in ops)  # steps over windows of a quarter row
     assert sum(i.free_size == 1 for i in ops) == sum(i.free_size == 1 for i in plain)  # [P, 1] steps once
     x, ref = reference_case(graph)
     assert max_rel_error(interpret(prog, x), ref) <= TOL["float32"]
     assert max_rel_error(_run(prog, emit(prog), x), ref) <= TOL["float32"], "emitted source"
+
+
+def test_a_group_of_one_full_width_step_is_not_cut_into_windows():
+    graph = get("softmax").graph("small", N=2048)  # default isel: [P, 1] negation, then one exp
+    plain = [(i.opcode, i.free_size) for i in _instrs(lower(graph, {}, HW).body)]
+    assert [(i.opcode, i.free_size) for i in _instrs(lower(graph, {"interleave": True}, HW).body)] == plain

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import z3
 
 from axon.ir.ops import NumpyMath
 from axon.lower.groups import fused_groups
@@ -11,6 +12,7 @@ from axon.lower.passes import normalize, split
 from axon.synth import discover_variants
 from axon.synth.groups import _node_value
 from axon.synth.isel import Step, _Checker, _tree_pieces, balance_cost, step_value, synthesize_instructions
+from axon.verify import Z3Math
 from axon.workloads import get
 
 
@@ -124,3 +126,22 @@ def test_a_logistic_form_is_one_silu_activation():
     rmsnorm = [x for x in fused_groups(get("rmsnorm").graph("small")) if len(x.nodes) > 1]
     for grp in rmsnorm:  # no exp: no logistic activation is tried
         assert all(s.arg("op") not in ("silu", "sigmoid") for a in synthesize_instructions(grp) for s in a.steps)
+
+
+def test_a_shifted_exp_is_one_activation_with_a_negated_row_vector_as_bias():
+    g = get("softmax").graph("small")
+    grp = [x for x in fused_groups(g) if x.sink == 3][0]  # exp(x - max(x))
+    alts = synthesize_instructions(grp)
+    descs = [a.describe() for a in alts]
+    want = "tensor_scalar[vector](data=%1, op0=multiply, operand0=-1); activation[scalar](op=exp, data=%0, bias=s0)"
+    assert want in descs  # one full-tile ScalarE instruction after a [P, 1] negation
+    env = {0: np.linspace(-2, 2, 7), 1: np.full(7, 0.7)}
+    alt = alts[descs.index(want)]
+    assert np.allclose(_run(grp, alt, env), np.exp(env[0] - env[1]))
+
+
+def test_exp_of_equal_sums_written_differently_is_proved_equal():
+    m, x, y = Z3Math(), z3.Real("x"), z3.Real("y")
+    s = z3.Solver()
+    s.add(m.facts() + [m.exp(x - y) != m.exp(x * 1 + (-1) * y)])
+    assert s.check() == z3.unsat
