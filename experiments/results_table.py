@@ -63,8 +63,10 @@ from axon.search.api import TuneRequest, expert_latency, tune, verified_variants
 from axon.search.current import CurrentCode  # noqa: E402
 from axon.search.problem import LoweredProblem  # noqa: E402
 from axon.search.sampler import point_key  # noqa: E402
+from axon.search.storage import journal_storage  # noqa: E402
 from axon.search.tuner import TuneConfig, Tuner  # noqa: E402
 from axon.target import load_hw  # noqa: E402
+from axon.workdir import Workdir  # noqa: E402
 from axon.workloads import Workload, all_workloads, get  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -187,6 +189,7 @@ def seed_row(spot: Spot, hw_name: str, trials: int, seed: int, work: Path, cache
     if cached_only:
         raise LookupError("not measured yet (--cached-only)")
     start = time.perf_counter()
+    study, attempt = fresh_study(tuning, f"table:{spot.name}:{hw_name}:{seed}")
     request = TuneRequest.make(
         w.name,
         hw=hw_name,
@@ -196,7 +199,7 @@ def seed_row(spot: Spot, hw_name: str, trials: int, seed: int, work: Path, cache
         track=False,
         shape=spot.shape,
         dtype=spot.dtype,
-        study=f"table:{spot.name}:{hw_name}:{seed}",
+        study=study,
     )
     tuned = tune(request)
     tuning_s = time.perf_counter() - start
@@ -216,6 +219,7 @@ def seed_row(spot: Spot, hw_name: str, trials: int, seed: int, work: Path, cache
         "kind": w.kind,
         "hw": hw_name,
         "seed": seed,
+        "attempt": attempt,
         "axon_ns": tuned.best_latency_ns,
         "unfused_default_ns": tuned.unfused_ns,
         "unfused_tuned_ns": unfused_best.latency_ns if unfused_best else None,
@@ -234,6 +238,20 @@ def seed_row(spot: Spot, hw_name: str, trials: int, seed: int, work: Path, cache
     }
     _store(cache, row)
     return row
+
+
+def fresh_study(tuning: Path, name: str) -> tuple[str, int]:
+    """A study name no earlier tuning of this row used, and its attempt number: a row tuned again (its
+    kernels no longer current, or its row file lost) must not resume the old study, which holds the
+    whole budget of trials of the old code and would run none."""
+    journal = tuning / "optuna.log"
+    if not journal.exists():
+        return name, 0
+    taken = {s.study_name for s in journal_storage(Workdir(tuning), None).get_all_studies()}
+    attempt = 0
+    while (f"{name}:{attempt}" if attempt else name) in taken:
+        attempt += 1
+    return (f"{name}:{attempt}" if attempt else name), attempt
 
 
 def _expert_hash(workload: str) -> str | None:

@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 try:
     import corpus
     import rivals
+    import results_table
     import table_report as report
 finally:
     sys.path.remove(str(REPO / "experiments"))
@@ -227,3 +228,18 @@ def test_a_kernel_refusing_the_shape_says_why(tmp_path):
     cell = rivals.measure(rival, "trn1", tmp_path, tmp_path / "work")
     assert cell["ns"] is None
     assert "(`assert x.shape[1] == 64`)" in cell["versions"]["double@M128xN512:float32"]["error"]
+
+
+def test_a_row_tuned_again_gets_a_study_of_its_own(tmp_path):
+    """A stale row must not resume its old study: that study holds the whole budget and would run no trial."""
+    import optuna
+
+    from axon.search.storage import journal_storage
+    from axon.workdir import Workdir
+
+    assert results_table.fresh_study(tmp_path, "table:softmax:trn1:0") == ("table:softmax:trn1:0", 0)
+    storage = journal_storage(Workdir(tmp_path), None)
+    for name in ("table:softmax:trn1:0", "table:softmax:trn1:0:1"):
+        optuna.create_study(study_name=name, storage=storage)
+    assert results_table.fresh_study(tmp_path, "table:softmax:trn1:0") == ("table:softmax:trn1:0:2", 2)
+    assert results_table.fresh_study(tmp_path, "table:rope:trn1:0") == ("table:rope:trn1:0", 0)
