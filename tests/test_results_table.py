@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))
 try:
     import corpus
-    import rivals
     import results_table
+    import rivals
     import table_report as report
 finally:
     sys.path.remove(str(REPO / "experiments"))
