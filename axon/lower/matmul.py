@@ -143,6 +143,21 @@ def _scaled(st: LoweringState, mm: int, tile: Ref, kt: Expr) -> tuple[Stmt, ...]
     )
 
 
+def n_tiling(st: LoweringState, n: int) -> tuple[int, int, int, int, int, int]:
+    """How a matmul output `n` wide is tiled: (n tile, rotating buffers, PSUM buffers, n tiles per K-outer
+    group, full n tiles, tail width). A group that does not divide the n tiles falls back to n-outer order
+    (group 1); `lower` rejects the point if no matmul could take the order asked for."""
+    tn = min(int(st.knobs["tile_n"]), n, st.bank)
+    bufs = max(1, int(st.knobs["bufs"]))
+    pbufs = max(1, int(st.knobs.get("psum_bufs", 1)))
+    order = str(st.knobs.get("loop_order", "nk"))
+    group = 1 if order == "nk" else int(order[2:])
+    nfull, tail = divmod(n, tn)
+    if group > 1 and (tail or nfull % group):
+        group = 1
+    return tn, bufs, pbufs, group, nfull, tail
+
+
 def _stationary(st: LoweringState, node: Node, dt: str) -> list[Stmt]:
     """A^T tiles for every row tile j and k tile of the row operand, once per row block."""
     g = st.graph
@@ -205,15 +220,8 @@ def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
     out: list[Stmt] = _stationary(st, node, wdt)
     aT = st.transposed[node.inputs[0]]
     aT_base = st.__dict__["tbase"][node.inputs[0]]
-    tn = min(int(st.knobs["tile_n"]), n, st.bank)
     kind, res = st.__dict__["wplan"][node.id]
-    bufs = max(1, int(st.knobs["bufs"]))
-    pbufs = max(1, int(st.knobs.get("psum_bufs", 1)))
-    order = str(st.knobs.get("loop_order", "nk"))
-    group = 1 if order == "nk" else int(order[2:])
-    nfull, tail = divmod(n, tn)
-    if group > 1 and (tail or nfull % group):
-        group = 1  # this matmul keeps n-outer order; `lower` rejects the point if no matmul could take it
+    tn, bufs, pbufs, group, nfull, tail = n_tiling(st, n)
     ntiles = pbufs * mb * group
     # streamed moving tiles: `bufs` rotating buffers, each one n tile wide (or one group wide under K-outer order)
     wt = st.tile(f"{w.input}_tile", tk, bufs * group * tn, wdt) if kind == "stream" else None

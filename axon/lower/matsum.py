@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from axon.ir import Graph, Node
 from axon.lower.elementwise import new_view, out_dtype
-from axon.lower.matmul import _dims, _scale, _scaled, _stationary, _weight_dtype
+from axon.lower.matmul import _dims, _scale, _scaled, _stationary, _weight_dtype, n_tiling
 from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
 from axon.lower.roles import Roles, classify
 from axon.lower.state import LoweringState, for_j, hbm_ref, j_off, rows_expr
@@ -174,14 +174,7 @@ def lower_sum(st: LoweringState, node: Node) -> list[Stmt]:
     g = st.graph
     n = g.concrete_shape(node.id)[-1]
     tm, mb = st.tm, st.mb
-    tn = min(int(st.knobs["tile_n"]), n, st.bank)
-    bufs = max(1, int(st.knobs["bufs"]))
-    pbufs = max(1, int(st.knobs.get("psum_bufs", 1)))
-    order = str(st.knobs.get("loop_order", "nk"))
-    group = 1 if order == "nk" else int(order[2:])
-    nfull, tail = divmod(n, tn)
-    if group > 1 and (tail or nfull % group):
-        group = 1  # n-outer order here; `lower` rejects the point if no matmul could take it
+    tn, bufs, pbufs, group, nfull, tail = n_tiling(st, n)
     terms = []
     for t in st.__dict__["sums"][node.id]:
         mm = g.nodes[t]
