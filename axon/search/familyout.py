@@ -120,6 +120,7 @@ def write_module(
         table=table,
         rows=rows,
         kernel=kernel_name,
+        hw=hw,
     )
     module = out / f"{kernel_name}_family.py"  # the kernels' name: a spec's workload is "dir/f.py:fn"
     module.write_text(body)
@@ -173,8 +174,8 @@ def __call__(*arrays):
 {kernel} = __call__
 
 
-def emulate(*arrays, hw="trn1"):
-    """Run the dispatched kernel in Axon's NKI emulator."""
+def emulate(*arrays, hw={hw!r}):
+    """Run the dispatched kernel in Axon's NKI emulator (on the hardware the family was tuned for)."""
     from axon import nki
 
     path, name, _ = kernel_file(*arrays)
