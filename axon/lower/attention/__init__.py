@@ -9,8 +9,9 @@ What it does that the row-block lowering cannot:
 - Q, K and V of a head come in one DMA each (partition p holds rows p*T .. p*T+T-1: one descriptor
   per partition), Q and K are transposed on TensorE, four tiles per PSUM bank, one evacuation per
   bank; K^T and V stay resident for every query block of the head.
-- Scores go to PSUM one chunk of <= 512 keys at a time (PSUM banks rotate); the row max is read
-  from PSUM; one ScalarE `activation` computes exp(c*s - c*max) from PSUM with the row sum
+- Scores go to PSUM one chunk of <= 512 keys at a time (PSUM banks rotate; keys that are not
+  whole chunks leave a narrower last chunk, whole 128-key tiles still); the row max is read from
+  PSUM; one ScalarE `activation` computes exp(c*s - c*max) from PSUM with the row sum
   accumulated on the way (bias, scale and reduce of the same instruction).
 - Several key chunks run as an online softmax: a running max, the correction exp(c*(m_old -
   m_new)) and a rescale of the running sum and output with one `scalar_tensor_tensor` each; the

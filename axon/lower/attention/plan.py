@@ -82,8 +82,8 @@ def plan_of(f: AttentionForm, knobs: Mapping[str, Any], hw: Any) -> Plan:
         raise Rejected(f"softmax: online form needs sequence lengths in multiples of {pmax} ({f.sq}, {f.skv})")
     if f.d > pmax or f.dv > pmax:
         raise Rejected(f"softmax: online form needs head dims <= {pmax} ({f.d}, {f.dv})")
-    if chunk > hw.tensor_engine.moving_fmax or f.skv % min(chunk, f.skv):
-        raise Rejected(f"kv_chunk: {f.skv} keys are not whole chunks of {chunk}")
+    if chunk > hw.tensor_engine.moving_fmax or chunk % pmax:
+        raise Rejected(f"kv_chunk: {chunk} keys per chunk is not a multiple of {pmax} up to one matmul's")
     if chunk > f.skv and chunk != 512:  # the same kernel as kv_chunk 512: one chunk of every key
         raise Rejected(f"kv_chunk: {chunk} exceeds the {f.skv} keys")
     skew = int(knobs.get("attn_pipeline", 1))

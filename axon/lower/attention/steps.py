@@ -98,6 +98,7 @@ class Steps:
 
     def _first_half(self, j: Affine, c: int) -> list[Stmt]:
         f, P, C, n = self.plan.form, self.plan.pmax, self.plan.chunk, self.names
+        w = self.plan.width(c)  # the last chunk may be narrower
         col = self._col
         first = c == 0
         sbank = self._slot(j, c, self.plan.skew + 1, 1)
@@ -106,27 +107,27 @@ class Steps:
             TileInstr(
                 "nc_matmul",
                 "tensor",
-                bank(n["s_ps"], sbank, P, 0, C),
+                bank(n["s_ps"], sbank, P, 0, w),
                 (
                     ("stationary", ref2(n["q_t"], 0, f.d, j * P, P)),
-                    ("moving", ref2(n["k_t"], 0, f.d, c * C, C)),
+                    ("moving", ref2(n["k_t"], 0, f.d, c * C, w)),
                     ("accumulate", False),
                 ),
-                f"scores, keys {c * C}..{c * C + C - 1}",
+                f"scores, keys {c * C}..{c * C + w - 1}",
             )
         ]
         red = m if first else m2
         if self.plan.copy == "sbuf":
             # the scores leave PSUM negated and scaled, their row minimum (= -max) on the way: the
             # running max is kept negated and is the exp's bias as it is (no instruction for it)
-            scores = ref2("scores", 0, P, self._slot(j, c, self.plan.bufs, C), C)
+            scores = ref2("scores", 0, P, self._slot(j, c, self.plan.bufs, C), w)
             out.append(
                 on(
                     "tensor_scalar_reduce",
                     "vector",
                     scores,
                     (
-                        ("data", bank(n["s_ps"], sbank, P, 0, C)),
+                        ("data", bank(n["s_ps"], sbank, P, 0, w)),
                         ("op0", "nl.multiply"),
                         ("operand0", -f.scale),
                         ("reduce_op", "nl.minimum"),
@@ -147,7 +148,7 @@ class Steps:
             sc, bias = -1.0, col(red, j)
             corr = (("op", "nl.exp"), ("data", col(m, j)), ("bias", col(m2, j)), ("scale", -1.0))
         else:
-            scores = bank(n["s_ps"], sbank, P, 0, C)
+            scores = bank(n["s_ps"], sbank, P, 0, w)
             out.append(
                 on(
                     "tensor_reduce",
@@ -182,7 +183,7 @@ class Steps:
             on(
                 "activation",
                 "scalar",
-                ref2("probs", 0, P, self._slot(j, c, self.plan.bufs, C), C),
+                ref2("probs", 0, P, self._slot(j, c, self.plan.bufs, C), w),
                 (
                     ("op", "nl.exp"),
                     ("data", scores),
@@ -215,7 +216,8 @@ class Steps:
 
     def _transpose_half(self, j: Affine, c: int) -> list[Stmt]:
         P, C, n = self.plan.pmax, self.plan.chunk, self.names
-        per = C // P
+        w = self.plan.width(c)
+        per = w // P
         pslot = self._slot(j, c, self.plan.bufs, C)
         step = self._slot(j, c, 2, 1)
         out: list[Stmt] = []
@@ -232,8 +234,8 @@ class Steps:
             on(
                 "tensor_copy",
                 eng,
-                ref2("probs_t", 0, P, pslot, C),
-                (("src", bank(n["tp"], step, P, 0, C)),),
+                ref2("probs_t", 0, P, pslot, w),
+                (("src", bank(n["tp"], step, P, 0, w)),),
                 "P.T to SBUF",
             )
             for eng in (("vector", "scalar") if self.plan.p_evac == "alternate" else (self.plan.p_evac,))
@@ -249,12 +251,12 @@ class Steps:
     def _pv_half(self, j: Affine, c: int) -> list[Stmt]:
         f, P, C, n = self.plan.form, self.plan.pmax, self.plan.chunk, self.names
         col = self._col
-        per = C // P
+        per = self.plan.width(c) // P
         pslot = self._slot(j, c, self.plan.bufs, C)
         step = self._slot(j, c, 2, 1)
         out: list[Stmt] = []
         for u in range(per):
-            t = c * per + u
+            t = c * C // P + u  # the key tile
             out.append(
                 TileInstr(
                     "nc_matmul",
