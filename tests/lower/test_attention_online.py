@@ -16,6 +16,8 @@ from axon.lower.passes import normalize
 from axon.lower.roles import LoweringError
 from axon.lower.space import Space
 from axon.measure.backend import SimBackend
+from axon.search.checks import adversarial_check, numerics_check
+from axon.search.problem import LoweredProblem
 from axon.search.variants import verified_variants
 from axon.target import load_hw
 from axon.workloads import get
@@ -114,10 +116,49 @@ def test_space_offers_the_nest_only_for_the_attention_form():
         lower(get("softmax").graph("small"), {"softmax": "online"}, HW)
 
 
+@pytest.mark.parametrize("S", [640, 1152, 1024])
+@pytest.mark.parametrize(
+    "point",
+    [
+        {"kv_chunk": 512},
+        {"kv_chunk": 256, "scores_copy": "sbuf", "attn_pipeline": 2},
+        {"kv_chunk": 256, "p_evac": "alternate", "attn_pipeline": 3, "attn_store": "block"},
+        {"kv_chunk": 512, "scores_copy": "psum", "pv_lag": 0, "attn_pipeline": 1},
+    ],
+    ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()),
+)
+def test_keys_that_are_not_whole_chunks_end_in_a_narrower_chunk(S, point):
+    """S a multiple of 128 but not of the chunk: the last chunk holds the S mod chunk keys left
+    (scores, max, exp, transposes of P and P @ V over that many), in every pipelined form."""
+    v = _hoisted("attention", "float32", H=1, S=S, D=64)
+    prog, src, x, out, got, ref = _run(v, point, "float32")
+    assert max_rel_error(out, ref) <= TOL["float32"]
+    assert max_rel_error(got, ref) <= TOL["float32"]
+    chunk = point["kv_chunk"]
+    last = (S - 1) // chunk * chunk
+    assert f"scores, keys {last}..{S - 1}" in src  # the last chunk, narrower unless S is whole chunks
+
+
+@pytest.mark.parametrize("S", [640, 1152])
+def test_a_narrower_last_chunk_passes_the_numerics_and_adversarial_checks(S, tmp_path):
+    """The checks `axon tune` runs on a chosen kernel, at the ragged shape itself (not reduced): a
+    dominant key or large offsets in the narrow last chunk must go through the running max."""
+    v = _hoisted("attention", "float32", H=2, S=S, D=64)
+    p = LoweredProblem("attention", v.graph, HW, [v], "float32")
+    point = p.complete(0, {**p.spaces[0].default_point().as_dict(), "softmax": "online", "kv_chunk": 512})
+    assert numerics_check(p, point, directory=tmp_path).ok
+    report = adversarial_check(p, point, tmp_path, max_flops=1e9)
+    assert report.dims["S"] == S
+    assert report.ok, report.failure()
+
+
 def test_shapes_the_nest_cannot_tile_are_rejected():
-    v = _hoisted("attention", "float32", H=1, S=768, D=64)
+    v = _hoisted("attention", "float32", H=1, S=128, D=64)
     with pytest.raises(Rejected, match="kv_chunk"):
-        lower(v, {"softmax": "online", "kv_chunk": 512}, HW)  # 768 keys are not chunks of 512
+        lower(v, {"softmax": "online", "kv_chunk": 256}, HW)  # the same kernel as kv_chunk 512
+    with pytest.raises(Rejected, match="kv_chunk"):
+        lower(v, {"softmax": "online", "kv_chunk": 192}, HW)  # not whole key tiles
+    v = _hoisted("attention", "float32", H=1, S=768, D=64)
     # the nest is one fused kernel: with a fusion cut the point is the row-block lowering's
     cut = {"fusion": "unfused"}
     assert emit(lower(v, {"softmax": "online", **cut}, HW)) == emit(lower(v, {"softmax": "rows", **cut}, HW))
