@@ -37,13 +37,14 @@ class NumericsCheck:
 def _checkable(
     problem: LoweredProblem, point: dict[str, Any], max_flops: float, caps: tuple[int, ...] = (512, 1024, 2048)
 ) -> tuple[LoweredProblem, Graph, dict[str, int]]:
-    """The problem at the tuned shape when it is small enough, else at the smallest reduced shape
-    (each dimension cut to at most one of `caps`) at which the same point lowers."""
+    """The problem at the tuned shape when it is small enough, else at the smallest reduced shape at
+    which the same point lowers: each dimension over a cap is cut to the cap plus its remainder modulo
+    the cap (so a tile that divides the cap ends as raggedly as at the tuned shape: S=1152 is checked
+    at 640, still one whole and one narrow 512-chunk) or, where that does not lower, to the cap."""
     graph = problem.graph
     dims = dict(graph.bindings)
     if flops(graph) > max_flops:
-        for cap in caps:
-            small = {k: min(v, cap) for k, v in dims.items()}
+        for small in _reductions(dims, caps):
             g = graph.bind(**small)
             p = LoweredProblem(
                 problem.workload, g, problem.hw, [_rebind(v, small) for v in problem.variants], problem.dtype
@@ -55,6 +56,23 @@ def _checkable(
     if reason is not None:
         raise AxonError(f"the best point cannot be checked at {dims}: {reason}")
     return problem, graph, dims
+
+
+def _reductions(dims: dict[str, int], caps: tuple[int, ...]) -> list[dict[str, int]]:
+    """Reduced shapes to try, smallest cap first, the remainder-keeping cut before the plain one.
+
+    >>> _reductions({"S": 1152, "D": 128}, (512, 1024))
+    [{'S': 640, 'D': 128}, {'S': 512, 'D': 128}, {'S': 1024, 'D': 128}]
+    """
+    out: list[dict[str, int]] = []
+    for cap in caps:
+        for small in (
+            {k: cap + v % cap if v > cap else v for k, v in dims.items()},
+            {k: min(v, cap) for k, v in dims.items()},
+        ):
+            if small != dims and small not in out:
+                out.append(small)
+    return out
 
 
 def _kernel(problem: LoweredProblem, point: dict[str, Any], directory: str | Path) -> Any:

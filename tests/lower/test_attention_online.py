@@ -152,6 +152,16 @@ def test_a_narrower_last_chunk_passes_the_numerics_and_adversarial_checks(S, tmp
     assert report.ok, report.failure()
 
 
+def test_a_ragged_shape_too_big_to_check_is_checked_at_a_shape_with_the_same_narrow_chunk(tmp_path):
+    """Over the flops limit the check cuts S=1152 to 640 (512 + 1152 mod 512), not to 512, so the
+    narrow last chunk the tuned kernel has is in the kernel the emulator runs."""
+    v = _hoisted("attention", "float32", H=2, S=1152, D=64)
+    p = LoweredProblem("attention", v.graph, HW, [v], "float32")
+    point = p.complete(0, {**p.spaces[0].default_point().as_dict(), "softmax": "online", "kv_chunk": 512})
+    check = numerics_check(p, point, max_flops=5e8, directory=tmp_path)
+    assert check.dims["S"] == 640 and check.ok
+
+
 def test_shapes_the_nest_cannot_tile_are_rejected():
     v = _hoisted("attention", "float32", H=1, S=128, D=64)
     with pytest.raises(Rejected, match="kv_chunk"):
