@@ -2,7 +2,8 @@
 table measured?
 
 `--record` writes experiments/results/emitted.json from the results table's record databases
-(experiments/results/work/tuning/<hw>/seed<k>/records.db): one entry per measured kernel (workload, hardware,
+(<work>/tuning/<hw>/seed<k>/records.db, `--work` default experiments/results/work, the table's
+`--out`/work when it ran elsewhere): one entry per measured kernel (workload, hardware,
 variant hash, point, hash of the emitted source). Without `--record`, every entry is lowered again
 by the current code and its source hash compared. A refactor that claims "no kernel changed" runs
 this; the last line is `points=N same=N changed=K failed=F`.
@@ -28,11 +29,11 @@ RESULTS = Path(__file__).parent / "results"
 MANIFEST = RESULTS / "emitted.json"
 
 
-def record_manifest() -> int:
+def record_manifest(work: Path) -> int:
     from axon.measure.records import RecordDB
 
     entries, seen = [], set()
-    for db_path in sorted((RESULTS / "work" / "tuning").rglob("records.db")):  # every hardware and seed
+    for db_path in sorted((work / "tuning").rglob("records.db")):  # every hardware and seed
         for r in RecordDB(db_path).records():
             key = (r.hw, r.workload, r.kernel_hash, json.dumps(r.point, sort_keys=True))
             if r.status != "ok" or key in seen:
@@ -97,10 +98,11 @@ def check(limit: int | None) -> tuple[int, int, list[str], list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--record", action="store_true", help="write the manifest from the table's record databases")
+    ap.add_argument("--work", type=Path, default=RESULTS / "work", help="the results table's work directory")
     ap.add_argument("--limit", type=int, default=None, help="check at most N points per workload and hardware")
     args = ap.parse_args()
     if args.record:
-        print(f"recorded={record_manifest()}")
+        print(f"recorded={record_manifest(args.work)}")
         return
     n, same, changed, failed = check(args.limit)
     for line in changed[:20] + failed[:20]:
