@@ -88,8 +88,10 @@ class SimBackend:
     partial traces are simulated, and the kernel's latency is extended linearly from the growth
     between them (all loops grow in proportion, as they do in the whole kernel, so loops that
     overlap are not counted twice). Instruction counts and DMA bytes extrapolate exactly.
-    Kernels with no such loop are simulated whole. `experiments/bench_extrapolation.py` reports the error of
-    the extrapolation against whole simulation; `Measurement.details["timing"]` says which was used.
+    Kernels with no such loop are simulated whole. A kernel that ends with its one such loop is
+    traced once, the shorter trace cut out of the longer (`axon.measure.prefix`, exact).
+    `experiments/bench_extrapolation.py` reports the error of the extrapolation against whole
+    simulation; `Measurement.details["timing"]` says which was used.
     """
 
     name = "sim"

@@ -82,7 +82,9 @@ def _stores(stmts: list[ast.stmt]) -> set[str] | None:
         for field in ("body", "orelse", "finalbody", "handlers"):
             inner = getattr(s, field, None)
             if inner:
-                nested = _stores([h if isinstance(h, ast.stmt) else ast.If(ast.Constant(True), h.body, []) for h in inner])
+                nested = _stores(
+                    [h if isinstance(h, ast.stmt) else ast.If(ast.Constant(True), h.body, []) for h in inner]
+                )
                 if nested is None:
                     return None
                 out |= nested
