@@ -23,6 +23,7 @@ import numpy as np
 from axon import nki, sim
 from axon.errors import AxonError, BackendError
 from axon.lazy import neuron_sdk
+from axon.measure.prefix import kernel_def, prefix_trace, returns_after_last_loop
 from axon.target import HardwareSpec
 
 InputSpec = tuple[str, tuple[int, ...], str]  # (name, shape, dtype)
@@ -87,8 +88,10 @@ class SimBackend:
     partial traces are simulated, and the kernel's latency is extended linearly from the growth
     between them (all loops grow in proportion, as they do in the whole kernel, so loops that
     overlap are not counted twice). Instruction counts and DMA bytes extrapolate exactly.
-    Kernels with no such loop are simulated whole. `experiments/bench_extrapolation.py` reports the error of
-    the extrapolation against whole simulation; `Measurement.details["timing"]` says which was used.
+    Kernels with no such loop are simulated whole. A kernel that ends with its one such loop is
+    traced once, the shorter trace cut out of the longer (`axon.measure.prefix`, exact).
+    `experiments/bench_extrapolation.py` reports the error of the extrapolation against whole
+    simulation; `Measurement.details["timing"]` says which was used.
     """
 
     name = "sim"
@@ -125,6 +128,11 @@ class SimBackend:
                         self.name, sim.simulate(trace, hw), len(trace.instructions), start, {"timing": "whole"}
                     )
                 literal = None  # the source misled: trace it as if it had not been read
+            long = [n for n in literal or () if n >= steps]
+            if len(long) == 1 and returns_after_last_loop(source, kernel):
+                got = self._one_loop(fn, specs, hw, long[0], start)
+                if got is not None:
+                    return got
             if literal is not None:
                 div = min(steps, min(n for n in literal if n >= steps) // 2)
                 ta = nki.trace(fn, *specs, hw=hw, loop_limit=cut(1, div))
@@ -151,6 +159,31 @@ class SimBackend:
         counts = {lid: (cut(1, div)(n), cut(2, div)(n), n) for lid, n in loops.items()}
         return _extrapolated(self.name, (ta, timing_a), (tb, timing_b), counts, start)
 
+    def _one_loop(self, fn: Any, specs: list[Any], hw: HardwareSpec, trips: int, start: float) -> Measurement | None:
+        """The extrapolated measurement of a kernel that ends with its one long top-level loop of
+        `trips` iterations (`returns_after_last_loop`): the longer partial trace only, the shorter
+        one its prefix (`prefix_trace`), both timed in one simulation. Exactly what tracing and
+        simulating both gives; None where the traces do not have that form, or on any error (the
+        caller then measures the usual way, which reports the error as it always did)."""
+        div = min(self.STEPS, trips // 2)
+        ca, cb = -(-trips // div), -(-trips * 2 // div)
+        try:
+            tb = nki.trace(fn, *specs, hw=hw, loop_limit=lambda n: n if n < self.STEPS else -(-n * 2 // div))
+        except AxonError:
+            return None
+        loops = _cut_loops(tb, self.STEPS)
+        if list(loops.values()) != [trips]:
+            return None
+        (lid,) = loops
+        ta = prefix_trace(tb, lid, ca)
+        if ta is None:
+            return None
+        try:
+            timing_b, timing_a = sim.simulate_with_prefix(tb, ta, hw)
+        except AxonError:
+            return None
+        return _extrapolated(self.name, (ta, timing_a), (tb, timing_b), {lid: (ca, cb, trips)}, start)
+
 
 def _cut_loops(trace: Any, steps: int) -> dict[int, int]:
     """The top-level loops of `trace` long enough to cut (at least `steps` iterations): id -> trips."""
@@ -164,11 +197,7 @@ def top_level_trips(source: str, kernel: str) -> list[int] | None:
     """The trip counts of the top-level loops of `kernel` in `source`, in order, when every statement
     of its body is either a loop over a range of a literal size or holds no loop at all; None when
     the source does not say (a computed trip count, a loop under an `if`, no such function)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
+    fn = kernel_def(source, kernel)
     if fn is None:
         return None
     trips: list[int] = []

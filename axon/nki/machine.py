@@ -83,6 +83,8 @@ class Machine(MachineMemory):
         # `loop_limit(trip_count)` says (their Loop records keep the true trip count); `axon.measure`
         # extrapolates the timing of the rest. None: run all.
         self.loop_limit: Any = None
+        # (loop id, iteration, instructions, allocs, loops) so far at the end of each top-level iteration
+        self.iteration_ends: list[tuple[int, int, int, int, int]] = []
 
     # ---- activation ----------------------------------------------------------------------------
     def __enter__(self) -> Machine:
@@ -117,6 +119,8 @@ class Machine(MachineMemory):
             for it, value in enumerate(r):
                 self.loop_stack = outer + ((lid, kind, it),)
                 yield LoopVar(value, lid)
+                if not outer:
+                    self.iteration_ends.append((lid, it, len(self.instrs), len(self.allocs), len(self.loops)))
         finally:
             self.loop_stack = outer
 
@@ -404,5 +408,6 @@ class Machine(MachineMemory):
                 "peak_sbuf_bytes_per_partition": self.peak_bytes["sbuf"],
                 "peak_psum_bytes_per_partition": self.peak_bytes["psum"],
                 "loop_limit": self.loop_limit if isinstance(self.loop_limit, int) else None,
+                "iteration_ends": tuple(self.iteration_ends),
             },
         )

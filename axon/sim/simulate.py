@@ -62,7 +62,40 @@ def simulate(trace: Trace, hw: HardwareSpec, residency: Residency | None = None)
     >>> round(timing.busy_ns["vector"], 1)  # 512 cycles at 1.12 GHz
     457.1
     """
+    return _schedule(trace, hw, residency if residency is not None else replay(trace, hw), None)[0]
+
+
+def simulate_with_prefix(trace: Trace, prefix: Trace, hw: HardwareSpec) -> tuple[Timing, Timing]:
+    """`(simulate(trace, hw), simulate(prefix, hw))` for a `prefix` whose instructions are the first
+    ones of `trace` (and whose allocations and loops are the first ones of its): one pass over
+    `trace` that also builds the prefix's timing when the prefix was reached, where that is exact -
+    the list scheduler sees only earlier instructions, so the two runs agree up to the prefix's end
+    whenever the compiler's residency (which looks ahead) decides the same for the prefix's
+    instructions in both; otherwise two passes.
+    """
+    m = len(prefix.instructions)
+    if prefix.instructions != trace.instructions[:m]:
+        raise ValueError("simulate_with_prefix: not a prefix of the trace")
+    res, res_p = replay(trace, hw), replay(prefix, hw)
+    same = (
+        {i for i in res.elided if i < m} == res_p.elided
+        and {i: v for i, v in res.before.items() if i < m} == res_p.before
+        and {i: v for i, v in res.spills.items() if i < m} == res_p.spills
+    )
+    if not same or m == 0:
+        return _schedule(trace, hw, res, None)[0], _schedule(prefix, hw, res_p, None)[0]
+    whole, cut = _schedule(trace, hw, res, (prefix, res_p))
+    assert cut is not None
+    return whole, cut
+
+
+def _schedule(
+    trace: Trace, hw: HardwareSpec, res: Residency, prefix: tuple[Trace, Residency] | None
+) -> tuple[Timing, Timing | None]:
+    """The list scheduler; with `prefix`, also the timing of that prefix of `trace` (its own residency)."""
     n = len(trace.instructions)
+    stop = len(prefix[0].instructions) if prefix is not None else -1
+    cut: Timing | None = None
     mem = MemoryState(buffer_slots(trace.allocs, hw.memory.loop_tile_buffers))
     clocks = {e: hw.engines[e].clock_ghz for e in COMPUTE_ENGINES}
     access_ns = {e: hw.memory.access_overhead_cycles / clocks[e] for e in COMPUTE_ENGINES}
@@ -91,7 +124,6 @@ def simulate(trace: Trace, hw: HardwareSpec, residency: Residency | None = None)
     pred = [-1] * n
     dma_bytes = 0
     flops = 0.0
-    res = residency if residency is not None else replay(trace, hw)
     elided, before, spills = res.elided, res.before, res.spills
     spill_end: dict[int, float] = {}  # unit id -> when its spilled copy is in HBM
 
@@ -204,9 +236,23 @@ def simulate(trace: Trace, hw: HardwareSpec, residency: Residency | None = None)
             if end > st[1]:
                 st[1], st[3] = end, i
         mem.record(ins.reads, ins.writes, end, result_ready, eng, i)
+        if i + 1 == stop:
+            assert prefix is not None
+            p, pres = prefix
+            cut = Timing.build(
+                p,
+                hw,
+                Timeline.from_lists(p, starts[:stop], ends[:stop], lanes[:stop]),
+                dict(busy),
+                dict(counts),
+                dma_bytes,
+                (pres.read_bytes, pres.write_bytes),
+                flops,
+                critical_path(ends[:stop], pred[:stop]),
+            )
 
     timeline = Timeline.from_lists(trace, starts, ends, lanes)
-    return Timing.build(
+    timing = Timing.build(
         trace,
         hw,
         timeline,
@@ -217,6 +263,7 @@ def simulate(trace: Trace, hw: HardwareSpec, residency: Residency | None = None)
         flops,
         critical_path(ends, pred),
     )
+    return timing, cut
 
 
 # Engines the Neuron compiler balances an unbound instruction over (it leaves GpSimd alone: the
