@@ -101,6 +101,7 @@ class _SBUF:
         keys = self.by_alloc.get(key[0])
         if old is not None:
             self._drop(old)
+            self._overwritten(key)
         elif keys:  # a write into part of a resident tile changes that tile
             for k in keys:
                 u = units[k]
@@ -125,6 +126,23 @@ class _SBUF:
         self.tick += 1
         u.priority, u.tick = self.clock + (_CLEAN if source is not None else _DIRTY), self.tick
         heappush(self.heap, (u.priority, u.tick, u))
+
+    def _overwritten(self, key: tuple[int, int, int]) -> None:
+        """Forget the other names of bytes inside `key`, which a write of the whole range replaces:
+        a part of an older tile written in place (a column window) named the old tile, and a later
+        read of that part would otherwise reload the old bytes, as if they were evicted."""
+        keys = self.by_alloc[key[0]]
+        inside = [k for k in keys if k != key and key[1] <= k[1] and k[2] <= key[2]]
+        if not inside:
+            return
+        gone = {id(self.units[k]): self.units[k] for k in inside}
+        for k in inside:
+            keys.remove(k)
+            del self.units[k]
+        named = {id(self.units[k]) for k in keys}  # still named by a range reaching outside `key`
+        for uid, u in gone.items():
+            if uid not in named:
+                self._drop(u)
 
     def alias(self, key: tuple[int, int, int], u: _Unit) -> None:
         """A load of bytes `u` already holds: the destination names the same SBUF bytes."""

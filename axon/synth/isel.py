@@ -21,6 +21,7 @@ import numpy as np
 import z3
 
 from axon.ir.ops import NumpyMath
+from axon.synth.balance import balance_cost, engine_cost, scalar_twin
 from axon.synth.groups import Alternative, FusedGroup, Leaf, Step, _node_value, step_value
 from axon.verify import Z3Math
 
@@ -349,7 +350,7 @@ def synthesize_instructions(
                         results.append((len(seq), tuple(seq)))
                         first = r if first is None else first
     seen, out = set(), []
-    for _, steps in sorted(results, key=lambda t: (t[0], _engine_cost(t[1]), sum(len(s.args) for s in t[1]))):
+    for _, steps in sorted(results, key=lambda t: (t[0], engine_cost(t[1]), sum(len(s.args) for s in t[1]))):
         if steps not in seen:
             seen.add(steps)
             out.append(Alternative(steps, "z3: unsat (equal for all reals, divisors nonzero)"))
@@ -358,28 +359,8 @@ def synthesize_instructions(
     shortest = out[:max_alternatives]
     balanced = sorted(out[max_alternatives:], key=lambda a: (balance_cost(a.steps), len(a.steps)))
     best = balance_cost(shortest[0].steps) if shortest else 0.0
-    return shortest + [a for a in balanced[:extra_balanced] if balance_cost(a.steps) < best]
-
-
-# Published per-element costs (HARDWARE.md section 3) in engine cycles, for ranking only (the tuner
-# measures): VectorE tensor_tensor and scalar_tensor_tensor stream at 2 cycles per fp32 element,
-# tensor_scalar (one or two ops) at 1, reciprocal at 8; ScalarE activations at 1.
-_VECTOR_CYCLES = {"tensor_tensor": 2.0, "scalar_tensor_tensor": 2.0, "reciprocal": 8.0}
-
-
-def balance_cost(seq: tuple[Step, ...]) -> float:
-    """Per-element cycles of the busiest of VectorE and ScalarE for `seq` (GpSimd counts as VectorE:
-    on trn1 they share the SBUF read port)."""
-    busy = {"vector": 0.0, "scalar": 0.0}
-    for s in seq:
-        eng = "scalar" if s.engine == "scalar" else "vector"
-        busy[eng] += _VECTOR_CYCLES.get(s.opcode, 1.0) if eng == "vector" else 1.0
-    return max(busy.values())
-
-
-def _engine_cost(seq: tuple[Step, ...]) -> int:
-    # a tie-break only (the tuner measures): VectorE reciprocal is 8x, ScalarE is the cheap activation engine
-    return sum(8 if s.opcode == "reciprocal" else 1 for s in seq)
+    offered = shortest + [a for a in balanced[:extra_balanced] if balance_cost(a.steps) < best]
+    return offered + scalar_twin(out, offered, kinds, best)
 
 
 def _link(pieces: list[_Piece], sols: list[list[Step]]) -> list[Step]:
@@ -401,4 +382,4 @@ def _link(pieces: list[_Piece], sols: list[list[Step]]) -> list[Step]:
     return seq
 
 
-__all__ = ["Alternative", "FusedGroup", "Leaf", "Step", "step_value", "synthesize_instructions"]
+__all__ = ["Alternative", "FusedGroup", "Leaf", "Step", "balance_cost", "step_value", "synthesize_instructions"]

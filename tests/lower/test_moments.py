@@ -80,6 +80,31 @@ def test_layernorm_with_bn_stats_matches_the_reference(point, rows):
     assert max_rel_error(_run(prog, emit(prog), inputs), ref) <= bar, "emitted source"
 
 
+@pytest.mark.parametrize("rows", ["random", "offset", "near-constant"])
+def test_layernorm_normalized_on_scalare_over_windows_matches_the_reference(rows):
+    """The last alternative of the output group with bn_stats: (x - mean) / std in one ScalarE
+    tensor_scalar, then * g and + b on VectorE, over column windows with two buffers."""
+    graph = get("layernorm").graph("small", N=2048)
+    space = Space(graph, HW)
+    knob = next(k for k in space.knobs if k.name.startswith("isel.") and len(k.choices) == 9)
+    point = {"moments": "bn_stats", "bufs": 2, "interleave": True, knob.name: knob.choices[-1]}
+    prog = lower(graph, point, HW)
+    ops = list(_instrs(prog.body))
+    norm = [i for i in ops if i.opcode == "tensor_scalar" and i.engine == "scalar" and i.arg("op1") == "nl.divide"]
+    assert norm and all(i.free_size == 512 for i in norm)  # on ScalarE, over windows of a quarter row
+    assert not any(i.opcode == "scalar_tensor_tensor" for i in ops)
+    inputs, _ = reference_case(graph)
+    if rows == "offset":
+        inputs["x"] = (inputs["x"] + 1e4).astype(np.float32)
+    elif rows == "near-constant":
+        inputs["x"] = (3.0 + 1e-3 * inputs["x"]).astype(np.float32)
+    ref = evaluate(graph, inputs)
+    two_pass = lower(graph, {"moments": "two_pass"}, HW)
+    bar = max(TOL["float32"], 1.5 * max_rel_error(_run(two_pass, emit(two_pass), inputs), ref))
+    assert max_rel_error(interpret(prog, inputs), ref) <= bar
+    assert max_rel_error(_run(prog, emit(prog), inputs), ref) <= bar, "emitted source"
+
+
 @pytest.mark.parametrize("name,isel", [("softmax", {"isel.g3": 1}), ("gelu", {}), ("layernorm", {})])
 def test_interleave_with_one_row_tile_issues_groups_over_column_windows(name, isel):
     graph = get(name).graph("small", N=2048)  # softmax's isel.g3=1: x - max on VectorE, then exp on ScalarE

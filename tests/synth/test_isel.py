@@ -8,6 +8,7 @@ import z3
 
 from axon.ir.ops import NumpyMath
 from axon.lower.groups import fused_groups
+from axon.lower.moments import match_moments
 from axon.lower.passes import normalize, split
 from axon.synth import discover_variants
 from axon.synth.groups import _node_value
@@ -117,6 +118,40 @@ def test_balanced_alternatives_follow_the_shortest_ones():
     more = synthesize_instructions(grp, max_alternatives=2, extra_balanced=2)
     assert more[:2] == shortest and len(more) <= 4
     assert all(balance_cost(a.steps) < balance_cost(shortest[0].steps) for a in more[2:])
+
+
+def _moments_output_group():
+    """layernorm's output group when bn_stats gives the mean: (x - mean) / std * g + b."""
+    g = normalize(get("layernorm").graph("small"))
+    (m,) = match_moments(g)
+    dropped = frozenset((m.total, m.mean, m.square, m.sumsq))
+    return [grp for grp in fused_groups(g, dropped=dropped) if grp.sink == g.outputs[0]][0]
+
+
+def test_a_two_op_tensor_scalar_is_also_offered_on_scalare_after_the_others():
+    group = _moments_output_group()
+    alts = synthesize_instructions(group)
+    twin = alts[-1]  # appended: the alternatives before it keep their index (and the points their kernel)
+    assert [(s.opcode, s.engine) for s in twin.steps] == [
+        ("tensor_scalar", "scalar"),
+        ("tensor_tensor", "vector"),
+        ("tensor_tensor", "vector"),
+    ]
+    assert (twin.steps[0].arg("op0"), twin.steps[0].arg("op1")) == ("subtract", "divide")
+    # VectorE runs two tensor_tensors, not a scalar_tensor_tensor and a tensor_tensor as in the others
+    assert all("scalar_tensor_tensor" in [s.opcode for s in a.steps] for a in alts[:-1])
+    assert balance_cost(twin.steps) <= min(balance_cost(a.steps) for a in alts[:-1])
+    rng = np.random.default_rng(2)
+    env = {l.node: (l.value if l.kind == "scalar" else rng.uniform(0.5, 2.0, 7)) for l in group.leaves}
+    want = _node_value(NumpyMath(), group.graph, group.sink, env)
+    assert np.allclose(_run(group, twin, env), want, rtol=1e-9)
+
+
+def test_no_twin_where_scalare_already_runs_that_instruction_mix():
+    group = _output_group("softmax")
+    alts = synthesize_instructions(group)
+    on_scalar = [a for a in alts if any(s.engine == "scalar" and s.arg("op1") for s in a.steps)]
+    assert not on_scalar  # softmax's alternatives already put the full-tile step on ScalarE
 
 
 def test_a_logistic_form_is_one_silu_activation():
