@@ -188,8 +188,15 @@ def test_two_tune_workers_on_a_fresh_workdir_both_succeed(tmp_path):
 
 def _store_contents(db) -> tuple[list, list]:
     with sqlite3.connect(db) as con:
-        schema = sorted(con.execute("SELECT type, name, sql FROM sqlite_master"))
-        experiments = con.execute("SELECT experiment_id, name, lifecycle_stage FROM experiments ORDER BY 1").fetchall()
+        # a table's columns and constraints, as a set: MLflow's batch migrations do not keep their order
+        schema = sorted(
+            (t, n, tuple(sorted((sql or "").split(", \n"))))
+            for t, n, sql in con.execute("SELECT type, name, sql FROM sqlite_master")
+        )
+        experiments = con.execute(  # Default's artifact location is MLflow's (./mlruns), axon's the workdir's
+            "SELECT experiment_id, name, lifecycle_stage, iif(experiment_id = 0, artifact_location, '') "
+            "FROM experiments ORDER BY 1"
+        ).fetchall()
     con.close()
     return schema, experiments
 
