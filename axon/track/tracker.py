@@ -19,6 +19,7 @@ from typing import Any
 
 from axon.errors import StoreError
 from axon.lazy import mlflow, xgboost
+from axon.track.storefile import seed_sqlite_store
 from axon.track.view import view_tags
 from axon.workdir import Workdir
 
@@ -55,15 +56,21 @@ def load_registered_booster(ref: str, tracking_uri: str | None, path: Path) -> P
     return path
 
 
-@contextmanager
-def _store_lock(tracking_uri: str) -> Iterator[None]:
-    """An exclusive lock between processes on a SQLite store (a `.lock` file beside it); no-op for
-    a tracking server, which serializes its own writes."""
+def _sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a SQLite store's URI; None for a tracking server or an in-memory store."""
     prefix = "sqlite:///"
     if not tracking_uri.startswith(prefix) or tracking_uri == prefix + ":memory:":
+        return None
+    return Path(tracking_uri[len(prefix) :])
+
+
+@contextmanager
+def _store_lock(db: Path | None) -> Iterator[None]:
+    """An exclusive lock between processes on a SQLite store (a `.lock` file beside it); no-op for
+    a tracking server, which serializes its own writes."""
+    if db is None:
         yield
         return
-    db = Path(tracking_uri[len(prefix) :])
     with open(db.with_name(db.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, also if this process dies
         try:
@@ -139,7 +146,10 @@ class Tracker:
             # The first client of a fresh SQLite store creates its tables (MlflowClient() already
             # does); two processes at once fail ("table experiments already exists", "duplicate
             # column name"), so opening the store and creating the experiment take a file lock.
-            with _store_lock(tracking_uri):
+            db = _sqlite_file(tracking_uri)
+            with _store_lock(db):
+                if db is not None:
+                    seed_sqlite_store(db)  # a new store: a copy of a migrated empty one, not MLflow's migrations
                 self.client = mlflow().tracking.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
                 self.experiment_id = self._experiment(experiment, artifact_root)
         except Exception as exc:  # MLflow raises many types; the user needs the store named

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ import pytest
 from axon.measure.records import Record
 from axon.search.costmodel import CostModel
 from axon.track import Tracker
+from axon.track import tracker as tracker_module
+from axon.track.storefile import seed_sqlite_store
 from axon.track.tracker import load_registered_booster
 from axon.track.view import VIEW_TAG, column_id, view_state, view_tags
 from axon.workdir import Workdir
@@ -181,3 +184,35 @@ def test_two_tune_workers_on_a_fresh_workdir_both_succeed(tmp_path):
     assert [w.returncode for w in workers] == [0, 0], [err[-800:] for _, err in outs]
     runs = Tracker.for_workdir(tmp_path / "work").recent_runs(10)
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+
+
+def _store_contents(db) -> tuple[list, list]:
+    with sqlite3.connect(db) as con:
+        # a table's columns and constraints, as a set: MLflow's batch migrations do not keep their order
+        schema = sorted(
+            (t, n, tuple(sorted((sql or "").split(", \n"))))
+            for t, n, sql in con.execute("SELECT type, name, sql FROM sqlite_master")
+        )
+        experiments = con.execute(  # Default's artifact location is MLflow's (./mlruns), axon's the workdir's
+            "SELECT experiment_id, name, lifecycle_stage, iif(experiment_id = 0, artifact_location, '') "
+            "FROM experiments ORDER BY 1"
+        ).fetchall()
+    con.close()
+    return schema, experiments
+
+
+def test_a_new_store_copied_from_the_migrated_template_is_the_store_mlflow_builds(tmp_path, monkeypatch):
+    """A new SQLite store starts as a copy of the migrated empty one: the same tables, indexes and
+    experiments as a store MLflow migrated itself; an existing store is never overwritten."""
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(tracker_module, "seed_sqlite_store", lambda db: seed_sqlite_store(db, cache))
+    seeded = Tracker.for_workdir(tmp_path / "seeded")
+    assert list(cache.glob("mlflow-*-empty.db"))  # the template, built on first use
+    monkeypatch.setattr(tracker_module, "seed_sqlite_store", lambda db: False)
+    migrated = Tracker.for_workdir(tmp_path / "migrated")
+    for t in (seeded, migrated):
+        with t.run("tune", params={"workload": "softmax"}) as run:
+            run.log_metrics({"latency_us": 3.0}, step=0)
+    assert _store_contents(tmp_path / "seeded" / "mlflow.db") == _store_contents(tmp_path / "migrated" / "mlflow.db")
+    assert [e[1] for e in _store_contents(tmp_path / "seeded" / "mlflow.db")[1]] == ["Default", "axon"]
+    assert not seed_sqlite_store(tmp_path / "seeded" / "mlflow.db", cache)  # holds runs: left alone
