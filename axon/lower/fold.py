@@ -21,7 +21,7 @@ from typing import Any
 
 from axon.ir import Dim, Graph
 from axon.ir.ops import BINARY, UNARY
-from axon.lower.program import Affine, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop
+from axon.lower.program import Affine, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, map_refs
 from axon.lower.roles import LoweringError, NeedCut, Roles, classify
 
 FOLD_CHOICES = (1, 2, 4, 8, 16, 32)
@@ -232,13 +232,4 @@ def split_refs(stmts: list[Stmt], shapes: dict[str, tuple[int, ...]]) -> list[St
             raise LoweringError(f"split: {r.render()} is already reshaped")
         return Ref(r.tensor, r.index, shapes[r.tensor])
 
-    out: list[Stmt] = []
-    for s in stmts:
-        if isinstance(s, TileLoop):
-            out.append(dataclasses.replace(s, body=tuple(split_refs(list(s.body), shapes))))
-        elif isinstance(s, TileInstr):
-            args = tuple((k, ref(v) if isinstance(v, Ref) else v) for k, v in s.args)
-            out.append(dataclasses.replace(s, dst=ref(s.dst), args=args))
-        else:
-            out.append(s)
-    return out
+    return map_refs(stmts, ref)

@@ -33,7 +33,19 @@ from axon.lower.matsum import (
 )
 from axon.lower.moments import lower_moment, plan_moments
 from axon.lower.passes import Pass, materializable, matmul_cuts, normalize, scratch_name, split
-from axon.lower.program import Comment, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram, tile_ref
+from axon.lower.program import (
+    Comment,
+    Expr,
+    Ref,
+    Stmt,
+    Tensor,
+    TileAlloc,
+    TileInstr,
+    TileLoop,
+    TileProgram,
+    share_buffers,
+    tile_ref,
+)
 from axon.lower.roles import LoweringError, classify
 from axon.lower.state import LoweringState, Rejected, View, for_j, hbm_ref, is_scratch, rows_expr
 
@@ -103,7 +115,7 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = F
     for i, p in enumerate(passes):
         prefix = f"p{i}_" if len(passes) > 1 else ""
         stmts, allocs = _lower_pass(p, knobs, hw, prefix, reuse, rotate_temps)
-        stmts = _share_buffers(stmts, allocs, kernel_allocs)
+        stmts = share_buffers(stmts, allocs, kernel_allocs)
         body.append(Comment(f"pass {i}: computes {', '.join(p.writes)}"))
         body.extend(stmts)
     sbuf_peak = sum(t.bytes_per_partition for t in kernel_allocs if t.buffer == "sbuf")
@@ -169,47 +181,6 @@ def _lower_online(variant: Any, point: Any, hw: Any) -> TileProgram:
 
 def _has_loop(stmts: Any, name: str) -> bool:
     return any(isinstance(s, TileLoop) and (s.name == name or _has_loop(s.body, name)) for s in stmts)
-
-
-def _share_buffers(stmts: list[Stmt], allocs: list[Tensor], kernel: list[Tensor]) -> list[Stmt]:
-    """Map a pass's buffers onto buffers of earlier passes with the same buffer/shape/dtype.
-
-    Passes run one after another, so a later pass may reuse an earlier pass's tiles; the kernel then
-    holds the union of distinct buffers, which is what the emulator (and the hardware) charges."""
-
-    free = list(kernel)
-    rename: dict[str, str] = {}
-    for t in allocs:
-        match = next(
-            (k for k in free if (k.buffer, k.shape, k.dtype, k.tiles) == (t.buffer, t.shape, t.dtype, t.tiles)), None
-        )
-        if match is not None:
-            free.remove(match)
-            rename[t.name] = match.name
-        else:
-            kernel.append(t)
-    if not rename:
-        return stmts
-
-    def ref(r: Ref) -> Ref:
-        return dataclasses.replace(r, tensor=rename.get(r.tensor, r.tensor))
-
-    def walk(ss: Any) -> list[Stmt]:
-        out: list[Stmt] = []
-        for s in ss:
-            if isinstance(s, TileAlloc):
-                if s.tensor.name not in rename:
-                    out.append(s)
-            elif isinstance(s, TileLoop):
-                out.append(dataclasses.replace(s, body=tuple(walk(s.body))))
-            elif isinstance(s, TileInstr):
-                args = tuple((k, ref(v) if isinstance(v, Ref) else v) for k, v in s.args)
-                out.append(dataclasses.replace(s, dst=ref(s.dst), args=args))
-            else:
-                out.append(s)
-        return out
-
-    return walk(stmts)
 
 
 def _describe(variant: Any) -> str:

@@ -7,8 +7,8 @@ NKI source and `interpret` runs it on NumPy. It deliberately holds no array data
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from axon.ir import DTYPE_BYTES
@@ -324,3 +324,46 @@ class TileProgram:
         sbuf = sum(t.bytes_per_partition for t in tensors.values() if t.buffer == "sbuf")
         psum = sum(t.bytes_per_partition for t in tensors.values() if t.buffer == "psum")
         return ProgramStats(engines, opcodes, dma[0], dma[1], sbuf, psum, tuple(loops))
+
+
+def map_refs(stmts: Any, ref: Callable[[Ref], Ref], drop: Callable[[Stmt], bool] = lambda s: False) -> list[Stmt]:
+    """`stmts` with every Ref an instruction names (its dst and its Ref arguments, in loops too)
+    replaced by `ref(r)`, and the statements `drop` selects left out."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if drop(s):
+            continue
+        if isinstance(s, TileLoop):
+            out.append(replace(s, body=tuple(map_refs(s.body, ref, drop))))
+        elif isinstance(s, TileInstr):
+            args = tuple((k, ref(v) if isinstance(v, Ref) else v) for k, v in s.args)
+            out.append(replace(s, dst=ref(s.dst), args=args))
+        else:
+            out.append(s)
+    return out
+
+
+def share_buffers(stmts: list[Stmt], allocs: list[Tensor], kernel: list[Tensor]) -> list[Stmt]:
+    """Map a pass's buffers onto buffers of earlier passes with the same buffer/shape/dtype.
+
+    Passes run one after another, so a later pass may reuse an earlier pass's tiles; the kernel then
+    holds the union of distinct buffers, which is what the emulator (and the hardware) charges."""
+
+    free = list(kernel)
+    rename: dict[str, str] = {}
+    for t in allocs:
+        match = next(
+            (k for k in free if (k.buffer, k.shape, k.dtype, k.tiles) == (t.buffer, t.shape, t.dtype, t.tiles)), None
+        )
+        if match is not None:
+            free.remove(match)
+            rename[t.name] = match.name
+        else:
+            kernel.append(t)
+    if not rename:
+        return stmts
+
+    def ref(r: Ref) -> Ref:
+        return replace(r, tensor=rename.get(r.tensor, r.tensor))
+
+    return map_refs(stmts, ref, drop=lambda s: isinstance(s, TileAlloc) and s.tensor.name in rename)
