@@ -24,9 +24,12 @@ bf16; matmul K=1024, M=4096, N=2048 bf16), tuned with the same budget and seeds.
 
 Rows are keyed by what the code emits: a seed's row stays while the current code still emits the
 kernels it reports (its best and its unfused-tuned kernel, checked by `axon.search.current.CurrentCode`
-against that seed's records), and is tuned again otherwise; a refactor that changes no kernel re-tunes
-nothing. Compiler and nki-samples cells are cached by their kernel file, the hardware file and the
-emulator's and simulator's source (`rivals.py`). An interrupted table resumes where it stopped.
+at the points the row holds), and is tuned again otherwise; a refactor that changes no kernel re-tunes
+nothing. A row also holds a hash of what times it (emulator, simulator, backend, hardware file): when that
+changes, the row's kernels are simulated again and the row stays only if every latency is the same. The
+row and rival-cell files (WORK/rows, WORK/rivals) are kept in git, so the table resumes on a fresh
+machine; the records databases are not needed to keep a row. Compiler and nki-samples cells are
+cached by their kernel file, the hardware file and the emulator's and simulator's source (`rivals.py`). An interrupted table resumes where it stopped.
 
 Usage: results_table.py [--only w1,w2] [--hw trn1] [--seeds N] [--trials T] [--out DIR] [--cached-only]
 (`--out`: where results_table.md/.png and the work directory go; default experiments/results).
@@ -56,6 +59,7 @@ import rivals  # noqa: E402
 import table_report as report  # noqa: E402
 from corpus import DATA, NKIBENCH  # noqa: E402
 
+from axon.errors import AxonError  # noqa: E402
 from axon.lower import expert  # noqa: E402
 from axon.measure.backend import SimBackend, kernel_hash  # noqa: E402
 from axon.measure.records import RecordDB  # noqa: E402
@@ -70,6 +74,7 @@ from axon.workdir import Workdir  # noqa: E402
 from axon.workloads import Workload, all_workloads, get  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+TIMING_SOURCES = ("axon/nki", "axon/sim", "axon/target", "axon/measure/backend.py", "axon/measure/prefix.py")
 
 
 class Original:
@@ -154,15 +159,52 @@ def problems(spot: Spot, hw_name: str) -> list[LoweredProblem]:
 
 def row_current(row: dict, spot: Spot, hw_name: str, db: RecordDB) -> bool:
     """A row is current when the current code still emits the kernels it reports (its best kernel
-    and its unfused-tuned kernel, looked up by hash in its seed's records): the one currency check
-    of `axon.search.current`, so a refactor that emits the same kernels keeps every row."""
+    and its unfused-tuned kernel, at the points the row holds; a row from before points were kept
+    finds them by hash in its seed's records): the one currency check of `axon.search.current`,
+    so a refactor that emits the same kernels keeps every row."""
     kernels = row.get("kernels")
     if not kernels:
         return False
+    points = row.setdefault("points", {})
     for problem in problems(spot, hw_name):
         which = "unfused_tuned" if problem.label else "axon"
-        record = next((r for r in db.records(task=problem.task) if r.kernel_hash == kernels.get(which)), None)
-        if record is None or not CurrentCode(problem)(record):
+        if which not in points:
+            record = next((r for r in db.records(task=problem.task) if r.kernel_hash == kernels.get(which)), None)
+            if record is None:
+                return False
+            points[which] = dict(record.point)
+        try:
+            if problem.build(dict(points[which])).kernel_hash != kernels.get(which):
+                return False
+        except AxonError:
+            return False
+    return True
+
+
+def timing_key(hw_name: str) -> str:
+    """What decides a simulated latency: the emulator, the simulator, the backend and the hardware file."""
+    return rivals.source_hash(TIMING_SOURCES, load_hw(hw_name).file_hash)
+
+
+def row_times_the_same(row: dict, spot: Spot, hw_name: str) -> bool:
+    """Whether the current simulator gives the row's kernels (best, unfused-tuned, unfused-default)
+    exactly the latencies the row holds: after a change of the simulator's code that changes no
+    timing (a refactor, a faster trace) the row stays; after one that does, it is tuned again,
+    since another kernel may now be the best."""
+    full, *rest = problems(spot, hw_name)
+    points = row.get("points", {})
+    kernels = [
+        (full, points.get("axon"), row.get("axon_ns")),
+        (full, full.unfused_point(0), row.get("unfused_default_ns")),
+    ]
+    if rest:
+        kernels.append((rest[0], points.get("unfused_tuned"), row.get("unfused_tuned_ns")))
+    backend = SimBackend()
+    for problem, point, ns in kernels:
+        if point is None or ns is None:
+            return False
+        cand = problem.build(dict(point))
+        if backend.measure(cand.source, cand.kernel, cand.inputs, problem.hw).latency_ns != ns:
             return False
     return True
 
@@ -180,6 +222,14 @@ def seed_row(spot: Spot, hw_name: str, trials: int, seed: int, work: Path, cache
             row = None  # the code emits other kernels than this row reports: tune it again
         else:
             row["stale"] = True  # kept, and marked as such in the table
+    if row is not None and not row.get("stale") and row.get("timing") != timing_key(hw_name):
+        if row_times_the_same(row, spot, hw_name):
+            row["timing"] = timing_key(hw_name)
+            _store(cache, row)
+        elif not cached_only:
+            row = None  # the simulator times these kernels otherwise now: tune it again
+        else:
+            row["stale"] = True
     if row is not None:
         if row.get("expert_hash") != _expert_hash(w.name):  # the hand-written kernel changed: re-measure it alone
             row["expert_ns"] = expert_latency(w.name, spot.graph(), load_hw(hw_name), SimBackend())
@@ -235,6 +285,11 @@ def seed_row(spot: Spot, hw_name: str, trials: int, seed: int, work: Path, cache
             "axon": best.kernel_hash if best else None,
             **({"unfused_tuned": unfused_best.kernel_hash if unfused_best else None} if rest else {}),
         },
+        "points": {
+            **({"axon": dict(best.point)} if best else {}),
+            **({"unfused_tuned": dict(unfused_best.point)} if unfused_best else {}),
+        },
+        "timing": timing_key(hw_name),
     }
     _store(cache, row)
     return row

@@ -10,7 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from axon.measure.backend import SimBackend
+from axon.measure.records import RecordDB
 from axon.target import load_hw
+from axon.workloads import get
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))
@@ -243,3 +246,41 @@ def test_a_row_tuned_again_gets_a_study_of_its_own(tmp_path):
         optuna.create_study(study_name=name, storage=storage)
     assert results_table.fresh_study(tmp_path, "table:softmax:trn1:0") == ("table:softmax:trn1:0:2", 2)
     assert results_table.fresh_study(tmp_path, "table:rope:trn1:0") == ("table:rope:trn1:0", 0)
+
+
+def _measured_row(spot):
+    """A row as `seed_row` writes it, for the default points of the row's two problems."""
+    full, unfused = results_table.problems(spot, "trn1")
+    out = {"kernels": {}, "points": {}}
+    for which, problem, point in (
+        ("axon", full, full.default_point(0)),
+        ("unfused_tuned", unfused, unfused.default_point(0)),
+        ("unfused_default", full, full.unfused_point(0)),
+    ):
+        cand = problem.build(point)
+        out[f"{which}_ns"] = SimBackend().measure(cand.source, cand.kernel, cand.inputs, problem.hw).latency_ns
+        if which != "unfused_default":
+            out["kernels"][which], out["points"][which] = cand.kernel_hash, point
+    return {**out, "expert_hash": results_table._expert_hash(spot.workload.name), "timing": "an older simulator"}
+
+
+def test_a_row_outlives_a_simulator_change_only_if_its_kernels_time_the_same(tmp_path):
+    """Rows are kept by the points they hold (no records database needed, so the row files alone
+    carry a table to a new machine); a change of the simulator's code re-simulates the row's
+    kernels, keeps the row when every latency is the same, and retires it when one moved."""
+    spot = results_table.Spot(get("softmax"), {"M": 256, "N": 512}, label="softmax small")
+    row = _measured_row(spot)
+    assert results_table.row_current(dict(row), spot, "trn1", RecordDB(tmp_path / "none.db"))
+    assert results_table.row_times_the_same(row, spot, "trn1")
+    moved = {**row, "unfused_default_ns": row["unfused_default_ns"] * 1.001}
+    assert not results_table.row_times_the_same(moved, spot, "trn1")
+    other = {**row, "points": {**row["points"], "axon": {**row["points"]["axon"], "bufs": 2}}}
+    assert not results_table.row_current(other, spot, "trn1", RecordDB(tmp_path / "none.db"))
+
+    cache = tmp_path / "rows" / "softmax_small_trn1_24_0.json"
+    cache.parent.mkdir()
+    cache.write_text(results_table.json.dumps(row))
+    kept = results_table.seed_row(spot, "trn1", 24, 0, tmp_path, cached_only=True)
+    assert not kept.get("stale") and kept["timing"] == results_table.timing_key("trn1")
+    cache.write_text(results_table.json.dumps(moved))
+    assert results_table.seed_row(spot, "trn1", 24, 0, tmp_path, cached_only=True)["stale"]
