@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import io
 import os
@@ -17,6 +18,14 @@ from axon.cli import main as cli_main
 from tests.servers import ENV, PgServer, new_database, pg_bin
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile axon's bytecode once, before the test workers start: the tests start many Python
+    processes (the README's commands, sweep and fleet workers, the UI), and under
+    PYTHONDONTWRITEBYTECODE each would otherwise compile every axon module from source again."""
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
+        compileall.compile_dir(REPO / "axon", quiet=1)
 
 
 def rel_err(actual: np.ndarray, expected: np.ndarray) -> float:

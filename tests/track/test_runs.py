@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import axon_in_process
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not rebuilt when another module's test runs between this module's
 def tuned(tmp_path_factory):
     """A working directory after one tiny real tune, and the tune's JSON report."""
     workdir = tmp_path_factory.mktemp("runs")
