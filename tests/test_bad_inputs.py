@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import refused, run_axon
+from tests.conftest import axon_in_process, refused
 
 BAD_SPECS = """import numpy as np
 import axon.spec as ax
@@ -60,7 +60,7 @@ def test_spec_mistakes(specs, fn, fragments):
 
 
 def test_numpy_scalars_still_trace(specs):
-    result = run_axon("check", f"{specs}:numpy_scalars", "--shape", "M=4,K=8")
+    result = axon_in_process("check", f"{specs}:numpy_scalars", "--shape", "M=4,K=8")
     assert result.returncode == 0 and "finite yes" in result.stdout, result.stderr
 
 
@@ -74,6 +74,7 @@ def test_tune_refuses_a_spec_mistake_before_tuning(specs, tmp_path):
         str(tmp_path / "w"),
         "--no-track",
         fragments=("np.exp applied to a traced tensor",),
+        in_process=False,  # the refusal end to end: a new process, imports and all, within the CPU budget
     )
 
 
@@ -119,7 +120,7 @@ def test_overwritten_optuna_journal_names_the_file_and_the_way_out(tmp_path):
 def test_journal_cut_off_mid_write_is_refused_and_recovers_by_dropping_that_line(tmp_path):
     work = tmp_path / "w"
     args = ("tune", "softmax", "--preset", "small", "--workdir", str(work), "--no-track", "--quiet")
-    first = run_axon(*args, "--trials", "2", timeout=300)
+    first = axon_in_process(*args, "--trials", "2")
     assert first.returncode == 0, first.stderr[-2000:]
     journal = work / "optuna.log"
     whole = journal.read_bytes()
@@ -127,7 +128,7 @@ def test_journal_cut_off_mid_write_is_refused_and_recovers_by_dropping_that_line
     refused(*args, "--trials", "3", fragments=("optuna.log is corrupt (its last line", "sed -i '$d'"))
     assert journal.read_bytes() == whole[:-25]
     journal.write_bytes(whole[: whole.rstrip(b"\n").rfind(b"\n") + 1])  # what the suggested sed does
-    again = run_axon(*args, "--trials", "3", timeout=300)
+    again = axon_in_process(*args, "--trials", "3")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "/ 0 failed trials" in again.stdout, again.stdout
 
@@ -224,12 +225,12 @@ def double(a):
 def test_profile_refuses_an_input_run_refuses(tmp_path):
     kernel = tmp_path / "double.py"
     kernel.write_text(KERNEL)
-    good = run_axon(
+    good = axon_in_process(
         "nki", "profile", f"{kernel}:double", "--input", "a=float32[128,512]", "--out", str(tmp_path), "--no-png"
     )
     assert good.returncode == 0, good.stderr
     for shape in ("64,512", "128,256"):
-        ran = run_axon("nki", "run", f"{kernel}:double", "--input", f"a=float32[{shape}]")
+        ran = axon_in_process("nki", "run", f"{kernel}:double", "--input", f"a=float32[{shape}]")
         assert ran.returncode == 2, ran.stdout
         profiled = refused(
             "nki", "profile", f"{kernel}:double", "--input", f"a=float32[{shape}]", "--out", str(tmp_path), "--no-png"
@@ -255,6 +256,12 @@ def test_profile_out_in_a_missing_directory(tmp_path):
 def test_run_refuses_inputs_larger_than_this_machine(tmp_path):
     kernel = tmp_path / "double.py"
     kernel.write_text(KERNEL)
-    refused(
-        "nki", "run", f"{kernel}:double", "--input", "a=float32[1000000,1000000]", fragments=("GiB", "smaller inputs")
+    refused(  # in a new process: were the guard gone, a 4 TB allocation would not take the test worker down
+        "nki",
+        "run",
+        f"{kernel}:double",
+        "--input",
+        "a=float32[1000000,1000000]",
+        fragments=("GiB", "smaller inputs"),
+        in_process=False,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_axon
+from tests.conftest import axon_in_process, run_axon
 
 
 def _one_line_error(result, *fragments: str) -> None:
@@ -18,7 +18,7 @@ def _one_line_error(result, *fragments: str) -> None:
 
 
 def test_workloads_lists_all_twenty():
-    result = run_axon("workloads")
+    result = run_axon("workloads")  # a new process, as a user runs it
     assert result.returncode == 0, result.stderr
     rows = result.stdout.strip().splitlines()[1:]
     assert len(rows) == 20
@@ -27,10 +27,10 @@ def test_workloads_lists_all_twenty():
 
 
 def test_show_and_check():
-    result = run_axon("show", "rmsnorm_matmul", "--shape", "M=128")
+    result = axon_in_process("show", "rmsnorm_matmul", "--shape", "M=128")
     assert result.returncode == 0, result.stderr
     assert "x: f32[M=128, K=1024]" in result.stdout and "matmul(" in result.stdout
-    result = run_axon("check", "attention")
+    result = axon_in_process("check", "attention")
     assert result.returncode == 0, result.stderr
     assert "attention.out: shape [2, 256, 64]" in result.stdout and "finite yes" in result.stdout
 
@@ -41,37 +41,39 @@ def test_unknown_workload_suggests():
 
 @pytest.mark.parametrize("bad", ["M=12x", "M", "M=0", "=3", "M=4,,K=2"])
 def test_malformed_shape(bad):
-    _one_line_error(run_axon("show", "matmul", "--shape", bad), "malformed --shape")
+    _one_line_error(axon_in_process("show", "matmul", "--shape", bad), "malformed --shape")
 
 
 def test_shape_mismatch_inside_a_spec_names_op_and_shapes(tmp_path):
     spec = tmp_path / "bad_spec.py"
     spec.write_text("import axon.spec as ax\n@ax.spec(x='M K', g='N')\ndef scale(x, g):\n    return x * g\n")
     _one_line_error(
-        run_axon("show", f"{spec}:scale", "--shape", "M=4,K=8,N=3"), "mul:", "[M, K]", "[N]", "bad_spec.py:4"
+        axon_in_process("show", f"{spec}:scale", "--shape", "M=4,K=8,N=3"), "mul:", "[M, K]", "[N]", "bad_spec.py:4"
     )
 
 
 def test_unbound_dimension(tmp_path):
     spec = tmp_path / "free_spec.py"
     spec.write_text("import axon.spec as ax\n@ax.spec(x='M K')\ndef f(x):\n    return ax.exp(x)\n")
-    _one_line_error(run_axon("check", f"{spec}:f", "--shape", "M=4"), "unbound dimension 'K'")
-    result = run_axon("check", f"{spec}:f", "--shape", "M=4,K=8")
+    _one_line_error(axon_in_process("check", f"{spec}:f", "--shape", "M=4"), "unbound dimension 'K'")
+    result = axon_in_process("check", f"{spec}:f", "--shape", "M=4,K=8")
     assert result.returncode == 0, result.stderr
 
 
 def test_hardware_file_errors_name_field_and_file(tmp_path):
-    good = run_axon("hw", "trn2")
+    good = axon_in_process("hw", "trn2")
     assert good.returncode == 0 and "sbuf_bytes_per_partition=229376" in good.stdout
     from axon.target.hardware import CONFIG_DIR
 
     source = (CONFIG_DIR / "trn1.yaml").read_text()
     missing = tmp_path / "missing_field.yaml"
     missing.write_text(source.replace("  fixed_cost_ns: 1300", "  # fixed cost removed"))
-    _one_line_error(run_axon("hw", str(missing)), "missing_field.yaml", "missing field dma.fixed_cost_ns")
+    _one_line_error(axon_in_process("hw", str(missing)), "missing_field.yaml", "missing field dma.fixed_cost_ns")
     negative = tmp_path / "negative_field.yaml"
     negative.write_text(source.replace("hbm_bandwidth_gbps: 410", "hbm_bandwidth_gbps: -410"))
-    _one_line_error(run_axon("hw", str(negative)), "negative_field.yaml", "memory.hbm_bandwidth_gbps must be positive")
+    _one_line_error(
+        axon_in_process("hw", str(negative)), "negative_field.yaml", "memory.hbm_bandwidth_gbps must be positive"
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,4 +85,4 @@ def test_hardware_file_errors_name_field_and_file(tmp_path):
     ],
 )
 def test_usage_errors_are_one_line_naming_the_command(args, fragment):
-    _one_line_error(run_axon(*args), "axon " + args[0], fragment)
+    _one_line_error(axon_in_process(*args), "axon " + args[0], fragment)

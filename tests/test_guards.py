@@ -16,7 +16,7 @@ from axon.search.guards import GiB, check_tune, estimate, host_memory, numerics_
 from axon.target import load_hw
 from axon.target.hardware import CONFIG_DIR
 from axon.workloads import all_workloads, get
-from tests.conftest import REPO, refused, run_axon
+from tests.conftest import REPO, axon_in_process, refused
 
 
 def test_every_builtin_default_shape_passes_the_guards():
@@ -45,6 +45,7 @@ def test_tune_at_a_billion_rows_is_refused_with_the_figures(tmp_path):
         "--workdir",
         str(tmp_path / "w"),
         fragments=("GiB of HBM", "trn1 has 16.0 GiB", "--force"),
+        in_process=False,  # end to end: a new process refuses within the CPU budget, imports and all
     )
     assert re.search(r"needs [\d,.]+ GiB", line)
     assert not (tmp_path / "w" / "optuna.log").exists()  # refused before any study or trace
@@ -102,10 +103,10 @@ def test_sweep_entry_beyond_the_hardware_is_refused_before_the_first_task(tmp_pa
 
 
 def test_show_prints_a_huge_graph_but_check_refuses_to_evaluate_it():
-    show = run_axon("show", "rmsnorm_matmul", "--shape", "M=1000000000")
+    show = axon_in_process("show", "rmsnorm_matmul", "--shape", "M=1000000000")
     assert show.returncode == 0 and "M=1000000000" in show.stdout, show.stderr
     refused("check", "rmsnorm_matmul", "--shape", "M=1000000000", fragments=("GiB of host memory", "--force"))
-    variants = run_axon("variants", "rmsnorm_matmul", "--shape", "M=1000000000", "--depth", "1")
+    variants = axon_in_process("variants", "rmsnorm_matmul", "--shape", "M=1000000000", "--depth", "1")
     assert variants.returncode == 0 and "variants; steps proved" in variants.stdout, variants.stderr
 
 
@@ -120,7 +121,7 @@ def _tiny_sbuf(tmp_path):
 
 
 def test_failed_trials_are_counted_by_reason_and_printed_with_verbose(tmp_path):
-    result = run_axon(
+    result = axon_in_process(
         "tune",
         "rmsnorm_matmul",
         "--preset",
@@ -136,7 +137,6 @@ def test_failed_trials_are_counted_by_reason_and_printed_with_verbose(tmp_path):
         "--no-track",
         "--quiet",
         "--verbose",
-        timeout=300,
     )
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
@@ -238,7 +238,7 @@ def test_cost_model_records_its_hardware(tmp_path):
 
 @pytest.mark.slow
 def test_a_cost_model_of_another_machine_warns_once(tmp_path):
-    result = run_axon(
+    result = axon_in_process(
         "tune",
         "softmax",
         "--preset",
@@ -253,12 +253,11 @@ def test_a_cost_model_of_another_machine_warns_once(tmp_path):
         str(tmp_path / "w"),
         "--no-track",
         "--quiet",
-        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     warnings = [l for l in result.stderr.splitlines() if "warning" in l]
     assert len(warnings) == 1 and "trained on trn1, tuning on trn2" in warnings[0], result.stderr
-    same = run_axon(
+    same = axon_in_process(
         "tune",
         "softmax",
         "--preset",
@@ -271,6 +270,5 @@ def test_a_cost_model_of_another_machine_warns_once(tmp_path):
         str(tmp_path / "w"),
         "--no-track",
         "--quiet",
-        timeout=300,
     )
     assert same.returncode == 0 and "trained on" not in same.stderr, same.stderr[-2000:]

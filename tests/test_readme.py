@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from axon.options import parse_shape_range
-from tests.conftest import REPO, rel_err
+from tests.conftest import REPO, axon_in_process, rel_err
 
 README = REPO / "README.md"
 
@@ -383,25 +383,17 @@ def _tunes_a_family(argv: list[str]) -> bool:
 @pytest.mark.parametrize("ref", sorted(EXAMPLE_SPECS))
 def test_example_spec_tunes(ref, tmp_path):
     """Each example is a workload like the built-in ones: a few trials give a kernel that passes numerics."""
-    done = subprocess.run(
-        [
-            str(_environment_under_test() / "bin" / "axon"),
-            "tune",
-            f"examples/{ref}",
-            "--preset",
-            "small",
-            "--trials",
-            "4",
-            "--no-track",
-            "--json",
-            "--workdir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    done = axon_in_process(  # the CLI in this process: the tour runs the installed `axon` as a user does
+        "tune",
+        f"examples/{ref}",
+        "--preset",
+        "small",
+        "--trials",
+        "4",
+        "--no-track",
+        "--json",
+        "--workdir",
+        str(tmp_path),
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)

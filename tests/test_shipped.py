@@ -5,7 +5,7 @@ import pytest
 from axon.errors import StoreError
 from axon.search.costmodel import CostModel
 from axon.shipped import MODELS_DIR, cost_model_ref, shipped_cost_models
-from tests.conftest import REPO, run_axon
+from tests.conftest import REPO, axon_in_process
 
 SHIPPED = MODELS_DIR / "axon-costmodel-trn1.json"
 
@@ -47,7 +47,9 @@ def test_the_repository_models_directory_is_the_package_one():
 
 
 def test_cli_cost_model_option_takes_a_shipped_name(tmp_path):
-    bad = run_axon("tune", "softmax", "--preset", "small", "--cost-model", "trn2", "--workdir", str(tmp_path / "w"))
+    bad = axon_in_process(
+        "tune", "softmax", "--preset", "small", "--cost-model", "trn2", "--workdir", str(tmp_path / "w")
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "axon: error: cost model trn2 not found (a file, models:/NAME@ALIAS, or shipped: trn1)"
     ]

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from axon.workloads import all_workloads, get, identifier, load_spec
-from tests.conftest import run_axon
+from tests.conftest import axon_in_process
 
 SPEC = """import axon.spec as ax
 
@@ -65,7 +65,7 @@ def test_spec_resolves_the_same_from_any_directory(layout, monkeypatch):
 
 @pytest.mark.slow
 def test_tune_a_spec_by_relative_path_from_another_directory(layout):
-    result = run_axon(
+    result = axon_in_process(
         "tune",
         "../specs/my_model.py:rmsnorm_matmul",
         "--shape",
@@ -77,7 +77,6 @@ def test_tune_a_spec_by_relative_path_from_another_directory(layout):
         "--no-track",
         "--quiet",
         cwd=layout / "cwd",
-        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "0 failed" in result.stdout and "numerics" in result.stdout and "OK" in result.stdout
@@ -88,7 +87,7 @@ def test_tune_a_spec_by_relative_path_from_another_directory(layout):
     # the kernels the backend traced are in the workdir, not the system temp folder
     assert list((layout / "w" / "cache" / "kernels").glob("kernel_*.py"))
     # the kernel runs as any NKI file does
-    run = run_axon(
+    run = axon_in_process(
         "nki",
         "run",
         f"{kernel}:rmsnorm_matmul",
@@ -139,7 +138,7 @@ def test_sweep_entry_spec_path_is_relative_to_the_config_file(layout):
             }
         )
     )
-    result = run_axon("sweep", str(config), "--workdir", "../w", "--quiet", cwd=layout / "cwd", timeout=300)
+    result = axon_in_process("sweep", str(config), "--workdir", "../w", "--quiet", cwd=layout / "cwd")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "../specs/my_model.py:rmsnorm_matmul[small]:float32@trn1" in result.stdout
     assert "FAILED" not in result.stdout
@@ -154,7 +153,7 @@ def test_sweep_entry_spec_path_is_relative_to_the_config_file(layout):
             }
         )
     )
-    bad = run_axon("sweep", str(config), "--workdir", "../w", cwd=layout / "cwd")
+    bad = axon_in_process("sweep", str(config), "--workdir", "../w", cwd=layout / "cwd")
     assert bad.returncode == 2 and "entries[0].workload" in bad.stderr and "config file's directory" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
@@ -182,7 +181,7 @@ def test_sweep_with_a_failing_entry_exits_non_zero_and_names_it(layout):
             }
         )
     )
-    result = run_axon("sweep", str(config), "--workdir", "w", "--quiet", cwd=layout, timeout=300)
+    result = axon_in_process("sweep", str(config), "--workdir", "w", "--quiet", cwd=layout)
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
     assert (
         "axon: error: sweep tinysweep: entry specs/my_model.py:rmsnorm_matmul[small]:float32@trn1 failed"
@@ -194,12 +193,12 @@ def test_sweep_with_a_failing_entry_exits_non_zero_and_names_it(layout):
 def test_show_check_and_variants_of_a_spec_from_another_directory(layout):
     cwd = layout / "cwd"
     for ref in ("../specs/my_model.py:rmsnorm_matmul", f"{layout}/specs/my_model.py:rmsnorm_matmul"):
-        show = run_axon("show", ref, "--shape", SHAPE, cwd=cwd)
+        show = axon_in_process("show", ref, "--shape", SHAPE, cwd=cwd)
         assert show.returncode == 0 and "x: f32[M=256, K=256]" in show.stdout, show.stderr
-        check = run_axon("check", ref, "--shape", SHAPE, cwd=cwd)
+        check = axon_in_process("check", ref, "--shape", SHAPE, cwd=cwd)
         assert check.returncode == 0 and "rmsnorm_matmul.out: shape [256, 128]" in check.stdout, check.stderr
-    variants = run_axon("variants", "../specs/my_model.py:rmsnorm_matmul", "--depth", "2", cwd=cwd)
+    variants = axon_in_process("variants", "../specs/my_model.py:rmsnorm_matmul", "--depth", "2", cwd=cwd)
     assert variants.returncode == 0 and "== variant 1" in variants.stdout, variants.stderr
-    missing = run_axon("show", "specs/my_model.py:rmsnorm_matmul", cwd=cwd)
+    missing = axon_in_process("show", "specs/my_model.py:rmsnorm_matmul", cwd=cwd)
     assert missing.returncode == 2 and "spec file" in missing.stderr and "not found" in missing.stderr
     assert str(cwd / "specs" / "my_model.py") in missing.stderr

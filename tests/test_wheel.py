@@ -64,7 +64,9 @@ class Installed:
         return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
+# session-scoped: with --dist worksteal another module's test can run between two of these, and a
+# module-scoped fixture would then be torn down and the wheel built and installed again
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
     # a copy, so that setuptools' build/ staging (which keeps files between builds) never lands in the checkout
     source = tmp_path_factory.mktemp("source") / "axon"
@@ -81,7 +83,7 @@ def wheel(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def installed(wheel, tmp_path_factory) -> Installed:
     site = Installed(tmp_path_factory.mktemp("user"))
     site.elsewhere.mkdir()

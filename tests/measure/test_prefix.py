@@ -3,6 +3,7 @@ what tracing and simulating each gives (and kernels of another form are measured
 
 from __future__ import annotations
 
+import functools
 import tempfile
 
 import numpy as np
@@ -39,6 +40,7 @@ def _same(source, kernel, inputs):
     return new
 
 
+@functools.cache  # the parametrized test below takes one point each: built once, not once per test
 def _attention_points(n):
     graph = get("attention").graph("default")
     problem = LoweredProblem("attention", graph, HW, verified_variants(graph), "float32")

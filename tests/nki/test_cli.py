@@ -1,17 +1,17 @@
 """`axon nki run FILE.py:FN --input ...` as a user runs it."""
 
-from tests.conftest import run_axon
+from tests.conftest import axon_in_process, run_axon
 from tests.nki.helpers import KERNELS
 
 
 def test_nki_run_prints_output_shapes_and_dtypes():
-    r = run_axon("nki", "run", f"{KERNELS / 'legacy_api.py'}:softmax", "--input", "x=float32[200,256]")
+    r = axon_in_process("nki", "run", f"{KERNELS / 'legacy_api.py'}:softmax", "--input", "x=float32[200,256]")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "output 0: shape [200, 256] dtype float32"
 
 
 def test_nki_run_two_inputs_bf16():
-    r = run_axon(
+    r = axon_in_process(
         "nki",
         "run",
         f"{KERNELS / 'current_api.py'}:matmul_tiled",
@@ -24,7 +24,7 @@ def test_nki_run_two_inputs_bf16():
     assert "shape [128, 512] dtype bfloat16" in r.stdout
 
 
-def test_bad_input_is_one_line_and_exit_2():
+def test_bad_input_is_one_line_and_exit_2():  # in a new process, as a user runs it
     r = run_axon("nki", "run", f"{KERNELS / 'legacy_api.py'}:softmax", "--input", "x=float32[200,")
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("axon: error: malformed --input")
@@ -32,11 +32,11 @@ def test_bad_input_is_one_line_and_exit_2():
 
 
 def test_rule_violation_is_one_line_with_the_kernel_line():
-    r = run_axon("nki", "run", f"{KERNELS / 'rules.py'}:psum_tile_over_bank", "--input", "a=float32[128,512]")
+    r = axon_in_process("nki", "run", f"{KERNELS / 'rules.py'}:psum_tile_over_bank", "--input", "a=float32[128,512]")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "PSUM tile larger than a bank" in r.stderr and "rules.py:" in r.stderr
 
 
 def test_missing_kernel_function():
-    r = run_axon("nki", "run", f"{KERNELS / 'rules.py'}:nope", "--input", "a=float32[128,512]")
+    r = axon_in_process("nki", "run", f"{KERNELS / 'rules.py'}:nope", "--input", "a=float32[128,512]")
     assert r.returncode == 2 and "no kernel function 'nope'" in r.stderr

@@ -22,7 +22,7 @@ from axon.search.family import FamilyBuilder, FamilyConfig, FamilyProblems, anch
 from axon.search.familyout import boundary_checks, load_family, write_module
 from axon.target import load_hw
 from axon.workloads import get
-from tests.conftest import REPO, refused, run_axon
+from tests.conftest import REPO, axon_in_process, refused
 
 
 def test_range_list_and_step():
@@ -152,7 +152,7 @@ def test_a_spec_family_from_another_directory_lands_in_the_workdir(tmp_path):
         "import axon.spec as ax\n\n\n@ax.spec(x='M K', w='K N')\ndef shifted(x, w):\n"
         "    return ax.exp(x - ax.max(x)) @ w\n"
     )
-    result = run_axon(
+    result = axon_in_process(
         "tune", "spec.py:shifted", "--shape", "M=128..256:128,K=256,N=256", "--trials", "4", "--quiet",
         "--no-track", "--workdir", "w", cwd=tmp_path,
     )  # fmt: skip
@@ -184,9 +184,7 @@ def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(
     assert "interrupted, no family written" in err and "Traceback" not in err, err[-2000:]
     kept = {r.kernel_hash for r in RecordDB(db).records()}
     assert len(kept) >= 3
-    resumed = subprocess.run(
-        [*args[:10], "4", *args[11:], "--json"], cwd=REPO, capture_output=True, text=True, env=env, timeout=300
-    )
+    resumed = axon_in_process(*args[3:10], "4", *args[11:], "--json")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     after = {r.kernel_hash for r in RecordDB(db).records()}
     assert kept <= after  # nothing recorded before the interrupt was lost

@@ -22,7 +22,7 @@ from axon.measure.pgrecords import PgRecordDB, sqlalchemy_url
 from axon.search.fleet import Fleet, publish
 from axon.search.sweepconfig import load_sweep
 from axon.workdir import Workdir
-from tests.conftest import REPO, run_axon
+from tests.conftest import REPO, axon_in_process
 from tests.servers import PgServer, new_database, pg_bin
 
 TRACKING = os.environ.get("AXON_TEST_TRACKING_URI")  # the MLflow server .ci/run started, if any
@@ -131,9 +131,9 @@ def test_another_hardware_file_never_reuses_a_record(tmp_path, pg_url):
     recalibrated = tmp_path / "trn1.yaml"
     recalibrated.write_text(hw.read_text() + "\n# recalibrated\n")
     common = ["tune", "softmax", "--preset", "small", "--trials", "4", "--sampler", "random", "--no-track"]
-    first = run_axon(*common, "--workdir", str(tmp_path / "a"), "--study", "a", "--storage", pg_url, "--json")
-    again = run_axon(*common, "--workdir", str(tmp_path / "b"), "--study", "b", "--storage", pg_url, "--json")
-    other = run_axon(
+    first = axon_in_process(*common, "--workdir", str(tmp_path / "a"), "--study", "a", "--storage", pg_url, "--json")
+    again = axon_in_process(*common, "--workdir", str(tmp_path / "b"), "--study", "b", "--storage", pg_url, "--json")
+    other = axon_in_process(
         *common, "--hw", str(recalibrated), "--workdir", str(tmp_path / "c"), "--storage", pg_url, "--json"
     )
     assert first.returncode == again.returncode == other.returncode == 0, other.stderr
@@ -142,7 +142,7 @@ def test_another_hardware_file_never_reuses_a_record(tmp_path, pg_url):
 
 
 def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
-    result = run_axon("worker", "--workdir", str(tmp_path), "--storage", "postgresql://axon@127.0.0.1:1/x")
+    result = axon_in_process("worker", "--workdir", str(tmp_path), "--storage", "postgresql://axon@127.0.0.1:1/x")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "cannot be reached" in result.stderr
 

@@ -8,7 +8,7 @@ import yaml
 from axon.search.sweep import run_sweep
 from axon.target.hardware import CONFIG_DIR
 from axon.track import Tracker
-from tests.conftest import run_axon
+from tests.conftest import axon_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -66,14 +66,13 @@ def test_a_slower_configuration_is_flagged_as_regression(tmp_path):
     slow["memory"]["hbm_bandwidth_gbps"] /= 2
     slow_path = tmp_path / "trn1_slow.yaml"
     slow_path.write_text(yaml.safe_dump(slow))
-    result = run_axon(
+    result = axon_in_process(
         "sweep",
         str(_config(tmp_path, hw=slow_path, trials=3, entries=one)),
         "--workdir",
         str(work),
         "--json",
         "--fail-on-regression",
-        timeout=900,
     )
     assert result.returncode == 3, result.stderr[-2000:]
     import json

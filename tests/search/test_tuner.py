@@ -12,7 +12,7 @@ import time
 import pytest
 
 from axon.measure.records import RecordDB
-from tests.conftest import REPO, run_axon
+from tests.conftest import REPO, axon_in_process
 
 
 def _measured(db: RecordDB) -> list[str]:
@@ -117,7 +117,7 @@ def test_two_workers_share_one_study_without_duplicate_measurements(tmp_path):
 
 def test_corrupt_record_database_is_one_clear_line(tmp_path):
     (tmp_path / "records.db").write_bytes(b"garbage" * 500)
-    result = run_axon(
+    result = axon_in_process(
         "tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(tmp_path), "--quiet", "--no-track"
     )
     assert result.returncode == 2
@@ -126,7 +126,7 @@ def test_corrupt_record_database_is_one_clear_line(tmp_path):
 
 
 def test_neuron_backend_exits_2_here(tmp_path):
-    result = run_axon(
+    result = axon_in_process(
         "tune", "softmax", "--preset", "small", "--backend", "neuron", "--workdir", str(tmp_path), "--quiet"
     )
     assert result.returncode == 2 and "backend 'neuron' cannot run here" in result.stderr

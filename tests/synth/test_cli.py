@@ -1,15 +1,12 @@
 """`axon variants`: prints variants, moves and proof status; a bad workload is one line and exit 2."""
 
-import subprocess
-import sys
-
 import pytest
+
+from tests.conftest import axon_in_process, run_axon
 
 
 def _run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "axon.cli", "variants", *args], capture_output=True, text=True, timeout=120
-    )
+    return axon_in_process("variants", *args)
 
 
 def test_variants_prints_moves_and_proof_status():
@@ -26,7 +23,7 @@ def test_variants_prints_moves_and_proof_status():
 
 
 def test_unknown_workload_is_one_line_and_exit_2():
-    out = _run("no_such_workload")
+    out = run_axon("variants", "no_such_workload")  # in a new process, as a user runs it
     assert out.returncode == 2
     assert out.stderr.strip().startswith("axon: error:") and len(out.stderr.strip().splitlines()) == 1
 

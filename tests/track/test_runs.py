@@ -6,25 +6,15 @@ import json
 
 import pytest
 
-from tests.conftest import run_axon
+from tests.conftest import axon_in_process
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not rebuilt when another module's test runs between this module's
 def tuned(tmp_path_factory):
     """A working directory after one tiny real tune, and the tune's JSON report."""
     workdir = tmp_path_factory.mktemp("runs")
-    done = run_axon(
-        "tune",
-        "rmsnorm",
-        "--preset",
-        "small",
-        "--trials",
-        "2",
-        "--workdir",
-        str(workdir),
-        "--quiet",
-        "--json",
-        timeout=300,
+    done = axon_in_process(
+        "tune", "rmsnorm", "--preset", "small", "--trials", "2", "--workdir", str(workdir), "--quiet", "--json"
     )
     assert done.returncode == 0, done.stderr[-800:]
     return workdir, json.loads(done.stdout.strip().splitlines()[-1])
@@ -33,7 +23,7 @@ def tuned(tmp_path_factory):
 @pytest.mark.slow
 def test_axon_runs_table_shows_hw_shape_dtype_latency_and_speedup(tuned):
     workdir, report = tuned
-    done = run_axon("runs", "--workdir", str(workdir))
+    done = axon_in_process("runs", "--workdir", str(workdir))
     assert done.returncode == 0, done.stderr
     header, row = done.stdout.splitlines()[:2]
     assert header.split() == ["run", "name", "status", "started", "hw", "shape", "dtype", "best", "us", "vs", "unfused"]
@@ -52,7 +42,7 @@ def test_axon_runs_table_shows_hw_shape_dtype_latency_and_speedup(tuned):
 @pytest.mark.slow
 def test_axon_runs_json_has_the_same_fields(tuned):
     workdir, report = tuned
-    done = run_axon("runs", "--workdir", str(workdir), "--json")
+    done = axon_in_process("runs", "--workdir", str(workdir), "--json")
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout.splitlines()[0])
     assert row["run_id"] == report["run_id"] and row["workload"] == "rmsnorm" and row["status"] == "FINISHED"
@@ -62,5 +52,5 @@ def test_axon_runs_json_has_the_same_fields(tuned):
 
 
 def test_axon_runs_without_a_store_says_so(tmp_path):
-    empty = run_axon("runs", "--workdir", str(tmp_path / "nothing"))
+    empty = axon_in_process("runs", "--workdir", str(tmp_path / "nothing"))
     assert empty.returncode == 2 and "no tracking store" in empty.stderr
