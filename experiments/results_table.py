@@ -29,7 +29,8 @@ nothing. A row also holds a hash of what times it (emulator, simulator, backend,
 changes, the row's kernels are simulated again and the row stays only if every latency is the same. The
 row and rival-cell files (WORK/rows, WORK/rivals) are kept in git, so the table resumes on a fresh
 machine; the records databases are not needed to keep a row. Compiler and nki-samples cells are
-cached by their kernel file, the hardware file and the emulator's and simulator's source (`rivals.py`). An interrupted table resumes where it stopped.
+cached by their kernel file, the hardware file and the emulator's and simulator's source (`rivals.py`).
+An interrupted table resumes where it stopped.
 
 Usage: results_table.py [--only w1,w2] [--hw trn1] [--seeds N] [--trials T] [--out DIR] [--cached-only]
 (`--out`: where results_table.md/.png and the work directory go; default experiments/results).
