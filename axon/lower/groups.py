@@ -24,7 +24,7 @@ def fused_groups(
     graph: memoized, since lowering asks for every point."""
     if row_kinds is not None:
         return _fused_groups(graph, row_kinds, dropped)
-    return list(_groups_of(graph, dropped))
+    return list(graph.memo(("fused-groups", dropped), lambda: _groups_of(graph, dropped)))
 
 
 @lru_cache(maxsize=512)

@@ -86,11 +86,16 @@ def scalar_value(graph: Graph, node: Node) -> float | None:
     return None
 
 
-@lru_cache(maxsize=512)
 def classify(graph: Graph) -> Roles:
     """Roles of the nodes of a pass graph; NeedCut names a node to materialize first.
 
-    A pure function of the (immutable) graph, memoized: lowering asks again for every point."""
+    A pure function of the (immutable) graph, memoized: lowering asks again for every point. Kept
+    on the graph object first, since the cache below hashes the whole graph on every lookup."""
+    return graph.memo(("classify",), lambda: _classify(graph))  # type: ignore[no-any-return]
+
+
+@lru_cache(maxsize=512)
+def _classify(graph: Graph) -> Roles:
     shapes = [graph.concrete_shape(o) for o in graph.outputs]
     out = shapes[0]
     if len(out) < 2 or any(s[:-1] != out[:-1] for s in shapes):
