@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextvars
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING
 
 from axon.errors import NKIError
@@ -58,4 +58,21 @@ def kernel_site() -> tuple[str, int]:
         f = f.f_back
     if f is None:  # pragma: no cover - only when called from emulator-internal code
         return ("<emulator>", 0)
-    return (f.f_code.co_filename, f.f_lineno)
+    code = f.f_code
+    if f.f_trace is not None:  # a debugger's frame: its line is what the tracer says
+        return (code.co_filename, f.f_lineno)
+    # `f_lineno` scans the code's line table from its start, and a generated kernel is one long
+    # function (thousands of lines unrolled): the line of each call site, once
+    key = (code, f.f_lasti)
+    line = _LINES.get(key)
+    if line is None:
+        if len(_LINES) >= _LINES_MAX:
+            _LINES.clear()
+        line = _LINES[key] = f.f_lineno
+    return (code.co_filename, line)
+
+
+# (code, bytecode offset) -> source line of kernel call sites: a cache, not state (a pure function
+# of its key), bounded
+_LINES: dict[tuple[CodeType, int], int] = {}
+_LINES_MAX = 1 << 16

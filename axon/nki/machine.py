@@ -187,7 +187,7 @@ class Machine(MachineMemory):
             raise self.fail(f"{opcode} {role} must be in {want}", f"{role} {v!r} is in {kind.upper()}", site)
         if engine == "gpsimd" and kind == "psum":
             raise self.fail("GpSimd cannot access PSUM", f"{opcode} on the GpSimd engine touches {role} {v!r}", site)
-        if not v.in_bounds():
+        if v.maybe_oob and not v.in_bounds():
             raise self.fail(
                 "out of bounds",
                 f"{opcode} {role} indexes outside tensor {v.alloc.name} {list(v.alloc.shape)} (mask it or slice it)",
@@ -195,13 +195,24 @@ class Machine(MachineMemory):
             )
         if kind == "hbm":
             return
-        if not v.partition_first:
+        # `v.partition_first`, `v.partitions` and `v.free_size`, inlined: this runs for every operand
+        pa = v.alloc.par_axis
+        kept = v.kept
+        if not (pa is None or (kept and kept[0] == pa) or pa not in kept):
             raise self.fail("partition axis first", f"{opcode} {role} {v!r} must have the partition axis first", site)
-        if rule.max_partitions is not None and v.partitions > self.limit(rule.max_partitions):
-            raise self.fail("partition axis > 128", f"{opcode} {role} spans {v.partitions} partitions", site)
+        limits = self._limits
+        if rule.max_partitions is not None:
+            limit = limits.get(rule.max_partitions) or self.limit(rule.max_partitions)
+            if (1 if pa is None else v.sizes[pa]) > limit:
+                raise self.fail("partition axis > 128", f"{opcode} {role} spans {v.partitions} partitions", site)
         if rule.max_free is not None:
-            limit = self.limit(rule.max_free)
-            if v.free_size > limit:
+            limit = limits.get(rule.max_free) or self.limit(rule.max_free)
+            sizes = v.sizes
+            free = 1
+            for a in kept:
+                if a != pa:
+                    free *= sizes[a]
+            if free > limit:
                 name = rule.rule or f"{opcode} {role} free size"
                 raise self.fail(f"{name} > {limit}", f"{opcode} {role} {v!r} has free size {v.free_size}", site)
 
@@ -286,7 +297,10 @@ class Machine(MachineMemory):
             for role, v in writes:
                 self.check_operand(opcode, role, v, engine, site)
         undefined = None
-        for role, v in reads + (writes if read_dst else []):
+        for role, v in reads + writes if read_dst else reads:
+            al = v.alloc
+            if al.written is None and (al._root or al).ever_written:
+                continue  # what `check_readable` says of it: all written (trace mode)
             mask = self.check_readable(v, role, opcode, site)
             if mask is not None:
                 undefined = (undefined or []) + [(role, v, mask)]
@@ -302,8 +316,9 @@ class Machine(MachineMemory):
                         if al.first < 0:
                             al.first = index
                         al.last = index
-        racc = tuple(self.access(v) for _, v in reads)
-        wacc = tuple(self.access(v) for _, v in writes)
+        access = self.access
+        racc = tuple([access(v) for _, v in reads])
+        wacc = tuple([access(v) for _, v in writes])
         if read_dst:
             racc = racc + wacc
         dt = main.alloc.dtype

@@ -30,6 +30,8 @@ def _index_error(msg: str) -> NKIError:
 
 # ---- allocations and views ---------------------------------------------------------------------
 
+_new_view = object.__new__  # a View without `__init__` (the fast path sets every slot itself)
+
 
 class View(ViewOperators):
     """A strided box of an allocation: `starts`/`steps`/`sizes` per allocation axis, `kept` the
@@ -56,7 +58,7 @@ class View(ViewOperators):
         self.kept = kept
         self.vars = vars
         self.vpos = vpos  # the broadcast position of each dim's variable (what a mask refers to)
-        self.shape = tuple(sizes[a] for a in kept)
+        self.shape = tuple([sizes[a] for a in kept])
         self._np: tuple[Any, ...] | None = None
         # Only affine index expressions can point outside the tensor (a mask must then cut them
         # back); slices clip and integers are checked on the spot.
@@ -279,28 +281,35 @@ class View(ViewOperators):
         out.maybe_oob = has_var or self.maybe_oob
         return out
 
+    __getitem__ = index  # `ViewOperators.__getitem__` without its call: kernels index views everywhere
+
     def _index_plain(self, key: tuple[Any, ...]) -> View | None:
         """`index` for the keys kernels use most (Python ints and slices, on a view without index
         variables), without the general path's scans; None for any other key, or one that is out of
         range (the general path then indexes it, or raises its error)."""
-        if self.vars is not None or len(key) > len(self.kept):
+        axes = self.kept
+        n = len(key)
+        if self.vars is not None or n > len(axes):
             return None
         starts, steps, sizes = list(self.starts), list(self.steps), list(self.sizes)
         kept: list[int] = []
-        n = len(key)
-        for d, a in enumerate(self.kept):
-            if d >= n:
-                kept.append(a)
-                continue
+        shape: list[int] = []
+        for d in range(n):
+            a = axes[d]
             k = key[d]
             if type(k) is slice:
                 lo, hi, st = k.indices(sizes[a])
-                if st <= 0:
+                if st == 1:
+                    size = hi - lo if hi > lo else 0
+                elif st <= 0:
                     return None
+                else:
+                    size = len(range(lo, hi, st))
                 starts[a] += steps[a] * lo
                 steps[a] *= st
-                sizes[a] = len(range(lo, hi, st))
+                sizes[a] = size
                 kept.append(a)
+                shape.append(size)
             elif isinstance(k, int) and not isinstance(k, bool):
                 k = int(k)
                 if k < 0:
@@ -311,7 +320,17 @@ class View(ViewOperators):
                 sizes[a] = 1
             else:
                 return None
-        out = View(self.alloc, tuple(starts), tuple(steps), tuple(sizes), tuple(kept), None, None)
+        for a in axes[n:]:
+            kept.append(a)
+            shape.append(sizes[a])
+        out = _new_view(View)
+        out.alloc = self.alloc
+        out.starts = tuple(starts)
+        out.steps = tuple(steps)
+        out.sizes = tuple(sizes)
+        out.kept = tuple(kept)
+        out.vars = out.vpos = out._np = None
+        out.shape = tuple(shape)
         out.maybe_oob = self.maybe_oob
         return out
 
