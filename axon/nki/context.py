@@ -62,17 +62,21 @@ def kernel_site() -> tuple[str, int]:
     if f.f_trace is not None:  # a debugger's frame: its line is what the tracer says
         return (code.co_filename, f.f_lineno)
     # `f_lineno` scans the code's line table from its start, and a generated kernel is one long
-    # function (thousands of lines unrolled): the line of each call site, once
-    key = (code, f.f_lasti)
-    line = _LINES.get(key)
-    if line is None:
-        if len(_LINES) >= _LINES_MAX:
-            _LINES.clear()
-        line = _LINES[key] = f.f_lineno
+    # function (thousands of lines unrolled): the line of each call site, once. Keyed by the code's
+    # id, since hashing a code object hashes all its constants; the entry holds the code, so the id
+    # stays its own while the entry lives.
+    key = (id(code), f.f_lasti)
+    known = _LINES.get(key)
+    if known is not None and known[0] is code:
+        return (code.co_filename, known[1])
+    if len(_LINES) >= _LINES_MAX:
+        _LINES.clear()
+    line = f.f_lineno
+    _LINES[key] = (code, line)
     return (code.co_filename, line)
 
 
-# (code, bytecode offset) -> source line of kernel call sites: a cache, not state (a pure function
-# of its key), bounded
-_LINES: dict[tuple[CodeType, int], int] = {}
+# (id of code, bytecode offset) -> (code, source line) of kernel call sites: a cache, not state (a
+# pure function of its key), bounded
+_LINES: dict[tuple[int, int], tuple[CodeType, int]] = {}
 _LINES_MAX = 1 << 16
