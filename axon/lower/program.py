@@ -45,7 +45,7 @@ class Affine:
             return value
         a = _affine(((value, 1),), 0) if isinstance(value, str) else _affine((), int(value))
         if len(_AFFINE_OF) < _INTERN_MAX:
-            _AFFINE_OF[value] = a  # type: ignore[index]
+            _AFFINE_OF[value] = a
         return a
 
     def __add__(self, other: AffineLike) -> Affine:
@@ -132,9 +132,9 @@ class Expr:
             return known
         if isinstance(value, Expr):
             return value
-        e = _expr((Affine.of(value),))  # type: ignore[arg-type]
+        e = _expr((Affine.of(value),))
         if not isinstance(value, Affine) and len(_EXPR_OF) < _INTERN_MAX:
-            _EXPR_OF[value] = e  # type: ignore[index]
+            _EXPR_OF[value] = e
         return e
 
     def __add__(self, other: ExprLike) -> Expr:

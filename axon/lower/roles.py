@@ -91,7 +91,7 @@ def classify(graph: Graph) -> Roles:
 
     A pure function of the (immutable) graph, memoized: lowering asks again for every point. Kept
     on the graph object first, since the cache below hashes the whole graph on every lookup."""
-    return graph.memo(("classify",), lambda: _classify(graph))  # type: ignore[no-any-return]
+    return graph.memo(("classify",), lambda: _classify(graph))
 
 
 @lru_cache(maxsize=512)

@@ -22,6 +22,7 @@ import numpy as np
 
 from axon import nki, sim
 from axon.errors import AxonError, BackendError
+from axon.gcpause import gc_paused
 from axon.lazy import neuron_sdk
 from axon.measure.prefix import kernel_def, prefix_trace, returns_after_last_loop
 from axon.target import HardwareSpec
@@ -104,7 +105,10 @@ class SimBackend:
         self.extrapolate = extrapolate
 
     def measure(self, source: str, kernel: str, inputs: Sequence[InputSpec], hw: HardwareSpec) -> Measurement:
+        with gc_paused():  # traces are hundreds of thousands of small objects (see `axon.gcpause`)
+            return self._measure(source, kernel, inputs, hw)
 
+    def _measure(self, source: str, kernel: str, inputs: Sequence[InputSpec], hw: HardwareSpec) -> Measurement:
         start = time.perf_counter()
         path = write_kernel(source, self.kernel_dir)
         specs = [(shape, dtype) for _, shape, dtype in inputs]

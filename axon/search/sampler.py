@@ -22,6 +22,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from axon.gcpause import gc_paused
 from axon.search.costmodel import CostModel
 
 Point = dict[str, Any]
@@ -164,31 +165,37 @@ class CostModelSampler(BaseSampler):
         use_model = self.model.is_trained and not startup
         explore = self._rng.random() < self.epsilon or not (use_model or self.prior)
         if not explore:
-            pool: dict[str, Point] = {}
-            for _ in range(self.pool_size):
-                p = self.space.sample(self._rng)
-                pool.setdefault(point_key(p), p)
-            elite = [p for _, p in done[:8]]
-            for i in range(self.n_mutations if elite else 0):
-                p = self.space.mutate(elite[i % len(elite)], self._rng)
-                pool.setdefault(point_key(p), p)
-            if hasattr(self.space, "neighbours"):  # every one-step move from the best few measured points
-                for p in (q for e in elite[: self.neighbourhoods] for q in self.space.neighbours(e)):
-                    pool.setdefault(point_key(p), p)
-            cands = [
-                p
-                for k, p in pool.items()
-                if k not in seen and self.space.validate(p) is None and not self._was_measured(p)
-            ]
-            if cands:
-                feats = [self.features(p) for p in cands]
-                known = [self.features(p) for _, p in done] if self.novelty else []
-                scores = self._scores(feats, len(done), use_model, known)
-                best = int(np.argmax(scores))
-                self.last_prediction = float(scores[best])
-                return cands[best]
+            with gc_paused():  # lowering the pool makes hundreds of thousands of objects (`axon.gcpause`)
+                best = self._best(seen, done, use_model)
+            if best is not None:
+                return best
         fallback = self._random_valid(seen)
         return fallback if fallback is not None else {}
+
+    def _best(self, seen: set[str], done: list[tuple[float, Point]], use_model: bool) -> Point | None:
+        """The best-scored candidate of a new pool (None when no candidate is left)."""
+        pool: dict[str, Point] = {}
+        for _ in range(self.pool_size):
+            p = self.space.sample(self._rng)
+            pool.setdefault(point_key(p), p)
+        elite = [p for _, p in done[:8]]
+        for i in range(self.n_mutations if elite else 0):
+            p = self.space.mutate(elite[i % len(elite)], self._rng)
+            pool.setdefault(point_key(p), p)
+        if hasattr(self.space, "neighbours"):  # every one-step move from the best few measured points
+            for p in (q for e in elite[: self.neighbourhoods] for q in self.space.neighbours(e)):
+                pool.setdefault(point_key(p), p)
+        cands = [
+            p for k, p in pool.items() if k not in seen and self.space.validate(p) is None and not self._was_measured(p)
+        ]
+        if cands:
+            feats = [self.features(p) for p in cands]
+            known = [self.features(p) for _, p in done] if self.novelty else []
+            scores = self._scores(feats, len(done), use_model, known)
+            best = int(np.argmax(scores))
+            self.last_prediction = float(scores[best])
+            return cands[best]
+        return None
 
     def _scores(
         self, feats: list[Mapping[str, float]], n_done: int, use_model: bool, known: Sequence[Mapping[str, float]] = ()

@@ -107,9 +107,7 @@ class MemoryState:
             self._next += 1
         return s
 
-    def _overlapping(
-        self, kind: int, s: int, table: dict[tuple, Record], a: Access
-    ) -> list[Record] | None:
+    def _overlapping(self, kind: int, s: int, table: dict[tuple, Record], a: Access) -> list[Record] | None:
         """The records of `table` overlapping `a` through its index (None: scan the table)."""
         if a.buffer != "hbm" or len(table) <= _SCAN:
             return None

@@ -12,6 +12,7 @@ from typing import Any
 
 from axon import nki, sim
 from axon.errors import AxonError
+from axon.gcpause import gc_paused
 from axon.lazy import matplotlib
 from axon.measure.backend import write_kernel
 from axon.measure.events import TrialLog
@@ -107,7 +108,10 @@ def log_timeline(
     first TIMELINE_TRIPS iterations of each top-level loop unless `whole`."""
     fn = nki.load_kernel(f"{write_kernel(source, kernels)}:{kernel}")
     limit = None if whole else (lambda trips: min(trips, TIMELINE_TRIPS))
-    timing = sim.simulate(nki.trace(fn, *[(shape, dtype) for _, shape, dtype in inputs], hw=hw, loop_limit=limit), hw)
+    with gc_paused():  # a whole trace: hundreds of thousands of small objects (see `axon.gcpause`)
+        timing = sim.simulate(
+            nki.trace(fn, *[(shape, dtype) for _, shape, dtype in inputs], hw=hw, loop_limit=limit), hw
+        )
     run.log_artifact(timing.timeline.to_png(folder / f"timeline_{run.run_id}.png"), "timeline")
     run.log_artifact(timing.timeline.to_perfetto(folder / f"timeline_{run.run_id}.json"), "timeline")
     note = "" if whole else f"(first {TIMELINE_TRIPS} iterations of each top-level loop)\n"
