@@ -117,6 +117,10 @@ class Steps:
             )
         ]
         red = m if first else m2
+
+        def running(op: str) -> TileInstr:  # the running extreme merged with this chunk's, into m2
+            return on("tensor_tensor", "vector", col(m2, j), (("data1", col(m, j)), ("data2", col(m2, j)), ("op", op)))
+
         if self.plan.copy == "sbuf":
             # the scores leave PSUM negated and scaled, their row minimum (= -max) on the way: the
             # running max is kept negated and is the exp's bias as it is (no instruction for it)
@@ -137,14 +141,7 @@ class Steps:
                 )
             )
             if not first:
-                out.append(
-                    on(
-                        "tensor_tensor",
-                        "vector",
-                        col(m2, j),
-                        (("data1", col(m, j)), ("data2", col(m2, j)), ("op", "nl.minimum")),
-                    )
-                )
+                out.append(running("nl.minimum"))
             sc, bias = -1.0, col(red, j)
             corr = (("op", "nl.exp"), ("data", col(m, j)), ("bias", col(m2, j)), ("scale", -1.0))
         else:
@@ -159,14 +156,7 @@ class Steps:
                 )
             )
             if not first:
-                out.append(
-                    on(
-                        "tensor_tensor",
-                        "vector",
-                        col(m2, j),
-                        (("data1", col(m, j)), ("data2", col(m2, j)), ("op", "nl.maximum")),
-                    )
-                )
+                out.append(running("nl.maximum"))
             out.append(
                 on(
                     "tensor_scalar",
