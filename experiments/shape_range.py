@@ -177,7 +177,9 @@ def summarize(records: dict[str, dict], per: dict[str, list[dict]]) -> tuple[str
             "",
             "Numerics at each schedule's boundary shapes (random; adversarial). Above the checks' size limits"
             " (4e9 flops random, 1e8 adversarial) the emulator runs the same schedule at a reduced shape (each"
-            " dimension cut to the first of 512, 1024, 2048 at which it lowers), as `axon tune` does:",
+            " dimension over a cap cut to the cap plus its remainder modulo the cap, or else to the cap, for the first"
+            " cap of 512, 1024, 2048 at which it lowers; S=6912 runs at 768, keeping its narrow last key chunk),"
+            " as `axon tune` does:",
             "",
         ]
         for c in rec["checks"]:
