@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import re
 import time
 from collections.abc import Callable
@@ -207,11 +208,38 @@ def _cached(path: Path, make: Callable[[], dict[str, Any]], compute: bool = True
         return json.loads(path.read_text())
     if not compute:
         raise NotCached(path.name)
-    value = make()
+    value = in_child(make)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")
     tmp.write_text(json.dumps(value, default=float))
     tmp.replace(path)
+    return value
+
+
+def in_child(make: Callable[[], Any]) -> Any:
+    """`make()` run in a forked child process, its result sent back: emulating a full-size kernel
+    takes the emulator many GB (about 11 GB for the compiler's matmul at M4096 N12288 K5120), which
+    a long-lived table process would otherwise keep (it was killed by the kernel's OOM killer once)."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def run() -> None:
+        try:
+            send.send((True, make()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent as it is
+            send.send((False, exc))
+
+    child = ctx.Process(target=run)
+    child.start()
+    send.close()
+    try:
+        ok, value = receive.recv()
+    except EOFError:
+        raise RuntimeError(f"the child computing a rival cell died (exit code {child.exitcode})") from None
+    finally:
+        child.join()
+    if not ok:
+        raise value
     return value
 
 

@@ -4,6 +4,7 @@ compiler and nki-samples cells (a missing corpus file is an error; a measured ce
 
 import dataclasses
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -284,3 +285,12 @@ def test_a_row_outlives_a_simulator_change_only_if_its_kernels_time_the_same(tmp
     assert not kept.get("stale") and kept["timing"] == results_table.timing_key("trn1")
     cache.write_text(results_table.json.dumps(moved))
     assert results_table.seed_row(spot, "trn1", 24, 0, tmp_path, cached_only=True)["stale"]
+
+
+def test_a_rival_cell_is_computed_in_a_child_whose_memory_goes_with_it():
+    """`in_child` returns what the child computed, raises what it raised, and says so when it died."""
+    assert rivals.in_child(lambda: {"pid": os.getpid()})["pid"] != os.getpid()
+    with pytest.raises(ValueError, match="bad kernel"):
+        rivals.in_child(lambda: (_ for _ in ()).throw(ValueError("bad kernel")))
+    with pytest.raises(RuntimeError, match="died"):
+        rivals.in_child(lambda: os._exit(9))
