@@ -8,6 +8,10 @@ still to be read is spilled (written to HBM) and reloaded. This module replays a
 such an SBUF (`compiler_sbuf_fraction` of each partition, per-partition bytes) and says, per
 instruction, which loads vanish and which transfers appear. It times nothing (that is
 `simulate`) and does not model PSUM, which the compiler never spills.
+
+The allocator also decides per loop, not per tile (`invariant.py`): tiles a loop reuses across
+its iterations stay only if they fit beside its (software-pipelined) body; otherwise every
+iteration reads them again. Those are dropped at each iteration's start.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
+from axon.sim.invariant import sunk_tiles
 from axon.target.hardware import HardwareSpec
 from axon.target.trace import Access, Trace
 
@@ -184,6 +189,25 @@ class _SBUF:
                 self.touch(u, _CACHE)
                 heappush(self.heap, (u.priority, u.tick, u))
 
+    def _out(self, i: int, u: _Unit) -> None:
+        """u leaves SBUF before instruction i: written to HBM first unless HBM holds it."""
+        u.resident = False
+        self.used -= u.size
+        if not u.in_hbm:
+            u.in_hbm = True
+            self.out.spills.setdefault(i, []).append((u.uid, u.nbytes, u.parts, True))
+            self.out.write_bytes += u.nbytes
+        if u.source is not None and self.by_source.get(u.source) is u:
+            del self.by_source[u.source]
+
+    def sink(self, i: int, ranges: list[tuple[int, int, int]]) -> None:
+        """Drop the tiles holding `ranges` (see `sunk_tiles`): read again, they are reloaded."""
+        for alloc, lo, hi in ranges:
+            for k in self.by_alloc.get(alloc, ()):
+                u = self.units[k]
+                if u.resident and k[1] < hi and lo < k[2]:
+                    self._out(i, u)
+
     def evict(self, i: int) -> None:
         heap = self.heap
         while self.used > self.capacity and heap:
@@ -194,14 +218,7 @@ class _SBUF:
                 heappush(heap, (u.priority, u.tick, u))
                 continue
             self.clock = prio
-            u.resident = False
-            self.used -= u.size
-            if not u.in_hbm:
-                u.in_hbm = True
-                self.out.spills.setdefault(i, []).append((u.uid, u.nbytes, u.parts, True))
-                self.out.write_bytes += u.nbytes
-            if u.source is not None and self.by_source.get(u.source) is u:
-                del self.by_source[u.source]
+            self._out(i, u)
 
 
 def replay(trace: Trace, hw: HardwareSpec) -> Residency:
@@ -231,11 +248,14 @@ def replay(trace: Trace, hw: HardwareSpec) -> Residency:
     out = Residency()
     sb = _SBUF(hw.memory.sbuf_bytes_per_partition * hw.memory.compiler_sbuf_fraction, out)
     units, by_source = sb.units, sb.by_source
+    sunk = sunk_tiles(trace, sb.capacity, hw.memory.loop_tile_buffers, last_read)
     hbm_version: dict[int, int] = {}
     # One loop over locals on purpose (it runs once per instruction): the common cases - a read of
     # a resident tile, a new tile - are inline; the rest is `_SBUF`'s.
     for ins in trace.instructions:
         i = ins.index
+        if i in sunk:
+            sb.sink(i, sunk[i])
         source, hbm_read = None, 0
         for a in ins.reads:
             buffer = a.buffer
