@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from axon.options import parse_shape_range
-from tests.conftest import REPO, axon_in_process, rel_err
+from tests.conftest import REPO, axon_in_process, exit_status, rel_err
 
 README = REPO / "README.md"
 
@@ -388,9 +388,7 @@ def _run_as_written(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[in
         try:
             runpy.run_path(str(script), run_name="__main__")
         except SystemExit as exc:
-            if isinstance(exc.code, str):  # sys.exit("message"): the message on stderr, exit 1
-                err.write(exc.code + "\n")
-            code = 1 if isinstance(exc.code, str) else int(exc.code or 0)
+            code = exit_status(exc, err)
         except _CommandTimedOut:
             code = -1
             err.write(f"timed out after {COMMAND_TIMEOUT_S} s\n")
