@@ -52,6 +52,18 @@ class KnobReads(Mapping[str, Any]):
         return len(self._knobs)
 
 
+def tree_of(graph: Any, name: str, owners: tuple[Any, ...], values: tuple[Any, ...] = ()) -> dict[str, Any]:
+    """The decision tree for `name` in `graph`'s memo, one per combination of the function's other
+    arguments: `owners` told apart by identity (kept in the memo, so that their ids stay theirs),
+    `values` by equality."""
+    trees = graph.memo(("knob_trees", name), dict)
+    key = (tuple(id(o) for o in owners), values)
+    entry = trees.get(key)
+    if entry is None or any(a is not b for a, b in zip(entry[0], owners)):
+        entry = trees[key] = (owners, {})
+    return entry[1]
+
+
 def _label(value: Any) -> tuple[type, Any]:
     return (type(value), value)
 

@@ -21,7 +21,7 @@ from axon.lower.elementwise import broadcast_rows, lower_node, release
 from axon.lower.engines import offload_tensor_scalars
 from axon.lower.fold import fold_pass, folded_rows, split_graph, split_refs
 from axon.lower.fused import lower_group, plan_groups
-from axon.lower.knobmemo import remembered
+from axon.lower.knobmemo import remembered, tree_of
 from axon.lower.matmul import lower_matmul, prepare_weights
 from axon.lower.matsum import (
     is_sum,
@@ -217,11 +217,8 @@ def _lower_pass(
     only a pass without matmuls uses (keyed as the pass sees it, so `lower`'s retry with temps fixed
     finds its matmul passes)."""
     rotate = rotate_temps and not p.graph.memo(("has_matmul",), lambda: any(n.op == "matmul" for n in p.graph.nodes))
-    trees = p.graph.memo(("lowered_passes",), dict)
-    key = (id(p), id(hw), prefix, reuse, rotate)
-    if key not in trees or trees[key][0] is not p or trees[key][1] is not hw:
-        trees[key] = (p, hw, {})  # the pass and hardware objects kept, so that their ids stay theirs
-    stmts, allocs = remembered(trees[key][2], knobs, lambda k: _lower_pass_now(p, k, hw, prefix, reuse, rotate))
+    tree = tree_of(p.graph, "pass", (p, hw), (prefix, reuse, rotate))
+    stmts, allocs = remembered(tree, knobs, lambda k: _lower_pass_now(p, k, hw, prefix, reuse, rotate))
     return list(stmts), list(allocs)  # the remembered lists stay as they are
 
 

@@ -92,3 +92,12 @@ def test_lowering_with_remembered_passes_is_lowering_afresh(name, monkeypatch):
             seen.update({id(s): s for s in prog.body})  # kept alive: their ids stay theirs
     if name != "softmax":  # several passes: mutations find passes lowered before
         assert reused > 0
+
+
+def test_online_attention_points_that_differ_in_a_knob_the_nest_ignores_share_its_statements():
+    graph = get("attention").graph("small")
+    point = {k.name: k.choices[0] for k in Space(graph, HW).knobs} | {"fusion": "fused", "softmax": "online"}
+    a = lower(graph, point, HW)
+    b = lower(graph, {**point, "tile_n": 128}, HW)  # a matmul knob of the row-block lowering
+    assert b.body is a.body and b.header != a.header
+    assert emit(b) == emit(lower(get("attention").graph("small"), {**point, "tile_n": 128}, HW))
