@@ -1,7 +1,8 @@
 """The heavy or optional libraries, imported on first use (the only imports inside functions).
 
 MLflow and XGBoost take about 2 s each to import, matplotlib about 0.5 s; a command that does not
-track, train or plot should not pay for them. The Neuron SDK exists only on a Trainium instance.
+track, train or plot should not pay for them. psycopg and SQLAlchemy (0.1-0.2 s each) serve only
+stores on PostgreSQL. The Neuron SDK exists only on a Trainium instance.
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ def matplotlib() -> ModuleType:
     import matplotlib.figure  # lazy: matplotlib loads only when a plot is drawn
 
     return matplotlib
+
+
+def psycopg() -> ModuleType:
+    import psycopg  # lazy: only records on PostgreSQL use it, and every `axon` process would pay its import
+
+    return psycopg
+
+
+def sqlalchemy_exc() -> ModuleType:
+    """`sqlalchemy.exc`: the errors of Optuna's storage on PostgreSQL."""
+    import sqlalchemy.exc  # lazy: only Optuna storage on PostgreSQL raises these; SQLAlchemy is a 0.2 s import
+
+    return sqlalchemy.exc
 
 
 def neuron_sdk() -> ModuleType:

@@ -50,6 +50,15 @@ def run_axon(*args: str, cwd: Path | None = None, timeout: float = 120) -> subpr
     )
 
 
+def exit_status(exc: SystemExit, err: io.StringIO) -> int:
+    """The exit status a process ending with `exc` has, as Python sets it; `sys.exit("message")` also
+    writes its message to `err` (the process's stderr), as Python does."""
+    if isinstance(exc.code, str):
+        err.write(exc.code + "\n")
+        return 1
+    return int(exc.code or 0)
+
+
 def axon_in_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the `axon` CLI in this process: `main(argv)` as the entry point calls it, its exit code,
     stdout and stderr as `run_axon` returns them, without the second of imports a new process pays.
@@ -60,9 +69,7 @@ def axon_in_process(*args: str, cwd: Path | None = None) -> subprocess.Completed
             cli_main(list(args))
             code = 0
         except SystemExit as exc:
-            if isinstance(exc.code, str):  # sys.exit("message"): the message on stderr, exit 1
-                err.write(exc.code + "\n")
-            code = 1 if isinstance(exc.code, str) else int(exc.code or 0)
+            code = exit_status(exc, err)
     return subprocess.CompletedProcess(["axon", *args], code, out.getvalue(), err.getvalue())
 
 

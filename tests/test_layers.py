@@ -56,3 +56,13 @@ def test_imports_inside_functions_are_few_and_each_says_why():
     assert len(found) <= 10, "\n".join(f"{p}:{n}" for p, n, _ in found)
     for path, line, text in found:
         assert "# lazy:" in text, f"{path}:{line}: an import inside a function must say why (# lazy: <reason>)"
+
+
+def test_the_cli_imports_no_heavy_or_optional_library():
+    """`import axon.cli` (what every `axon` command pays before it starts) leaves the libraries of
+    axon.lazy unloaded: each loads when a command first needs it."""
+    lazy = ["mlflow", "xgboost", "matplotlib", "psycopg", "sqlalchemy", "neuronxcc"]
+    code = f"import json, sys, axon.cli; print(json.dumps([m for m in {lazy!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -4,16 +4,21 @@ The commands are read from README.md itself, so a command added to the README is
 touching this file. They run in order, in segments (one `tune` or `sweep` each with the commands
 after it: `axon runs` lists the sweep's runs), each segment in a scratch copy of the repository
 whose `.venv` links to the environment under test, so `.axon/`, kernels and timelines land in the
-copy. Two lines are not run, and the skip list says
+copy. Each `.venv/bin/axon` command executes that console script in the test's process (its argv,
+working directory and environment set as a new process would have them), except `axon ui`, which
+serves until Ctrl-C and runs in a process of its own. Two lines are not run, and the skip list says
 why; the test fails if the README's `make` lines and the skip list ever disagree.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import queue
 import re
+import runpy
 import shlex
 import shutil
 import signal
@@ -22,14 +27,16 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from axon.options import parse_shape_range
-from tests.conftest import REPO, axon_in_process, rel_err
+from tests.conftest import REPO, axon_in_process, exit_status, rel_err
 
 README = REPO / "README.md"
 
@@ -322,6 +329,75 @@ def _serve_then_stop(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[i
     return code, errors.read(), note
 
 
+class _CommandTimedOut(BaseException):
+    """Raised in a command run in this process when it overruns: not an Exception, so that no
+    `except Exception` in the command (a trial's error handling) takes it for its own failure."""
+
+
+@contextlib.contextmanager
+def _process_state(argv: list[str], cwd: Path, env: dict[str, str]) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """This process set up as a new process of `argv` would start: its argv, working directory
+    and environment, stdout and stderr captured, SIGINT's handler and a SIGALRM deadline of
+    COMMAND_TIMEOUT_S; all put back after."""
+    saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, Path.cwd()
+    saved_int = signal.getsignal(signal.SIGINT)
+
+    def overrun(signum, frame):
+        raise _CommandTimedOut
+
+    saved_alarm = signal.signal(signal.SIGALRM, overrun)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = list(argv)
+        os.chdir(cwd)
+        signal.alarm(COMMAND_TIMEOUT_S)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield out, err
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, saved_alarm)
+        signal.signal(signal.SIGINT, saved_int)
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def _run_as_written(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """Run a README command: exit code and stderr.
+
+    `.venv/bin/axon` is the console script pip wrote for the `axon` entry point (a Python file
+    whose `__main__` block is `sys.exit(main())` of `axon.cli`). It is executed in this process,
+    as its interpreter would execute it, with the command's argv, working directory and
+    environment: the same code and arguments as in a new process, without the few seconds of
+    imports (Axon, MLflow, XGBoost) each new process pays. An exception it lets through is a
+    traceback on stderr and exit 1, as Python prints it. Anything else runs in a new process.
+    """
+    script = cwd / argv[0]
+    first_line = script.read_bytes().split(b"\n", 1)[0] if script.is_file() else b""
+    if not (first_line.startswith(b"#!") and b"python" in first_line):
+        try:
+            done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+            return done.returncode, done.stderr
+        except subprocess.TimeoutExpired:
+            return -1, f"timed out after {COMMAND_TIMEOUT_S} s"
+    code = 0
+    with _process_state(argv, cwd, env) as (_, err):
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        except SystemExit as exc:
+            code = exit_status(exc, err)
+        except _CommandTimedOut:
+            code = -1
+            err.write(f"timed out after {COMMAND_TIMEOUT_S} s\n")
+        except Exception:
+            code = 1
+            err.write(traceback.format_exc())
+    return code, err.getvalue()
+
+
 def test_tour_segments_are_the_tour_in_order():
     segments = tour_segments()
     assert [c for seg in segments for c in seg] == tour_commands()
@@ -348,13 +424,7 @@ def test_tour_runs_as_written(tmp_path, segment):
         if argv[1:2] == ["ui"]:
             code, stderr, problem = _serve_then_stop(argv, repo, env)
         else:
-            try:
-                done = subprocess.run(
-                    argv, cwd=repo, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
-                )
-                code, stderr = done.returncode, done.stderr
-            except subprocess.TimeoutExpired:
-                code, stderr = -1, f"timed out after {COMMAND_TIMEOUT_S} s"
+            code, stderr = _run_as_written(argv, repo, env)
         timings.append(f"{time.perf_counter() - start:6.1f} s  {command}")
         if code not in allowed_exit_codes(argv) or "Traceback" in stderr or problem:
             tail = "\n      ".join(([problem] if problem else []) + stderr.strip().splitlines()[-6:])
@@ -383,7 +453,7 @@ def _tunes_a_family(argv: list[str]) -> bool:
 @pytest.mark.parametrize("ref", sorted(EXAMPLE_SPECS))
 def test_example_spec_tunes(ref, tmp_path):
     """Each example is a workload like the built-in ones: a few trials give a kernel that passes numerics."""
-    done = axon_in_process(  # the CLI in this process: the tour runs the installed `axon` as a user does
+    done = axon_in_process(  # the CLI's main() in this process: the tour runs the installed `axon` script
         "tune",
         f"examples/{ref}",
         "--preset",

@@ -126,20 +126,34 @@ class Dim:
         return frozenset(s for m, _ in self.terms for s, _ in m)
 
     def evaluate(self, bindings: Mapping[str, int]) -> int:
-        """The concrete size under `bindings`; SpecError naming the first unbound symbol."""
-        total = Fraction(0)
+        """The concrete size under `bindings`; SpecError naming the first unbound symbol.
+
+        In int arithmetic while every coefficient and size is an int (nearly every dimension:
+        Fraction arithmetic made this a tenth of variant discovery), exact rationals otherwise."""
+        total: int | Fraction = 0
         for mono, coef in self.terms:
-            value = coef
+            value: int | Fraction = coef.numerator if coef.denominator == 1 else coef
             for sym, power in mono:
                 if sym not in bindings:
                     raise SpecError(f"unbound dimension {sym!r} (in {self}); bind it, e.g. --shape {sym}=128")
-                value *= Fraction(bindings[sym]) ** power
+                size = bindings[sym]
+                value *= (size if type(size) is int else Fraction(size)) ** power
             total += value
+        if type(total) is int:
+            return total
         if total.denominator != 1:
             raise SpecError(f"dimension {self} is not a whole number under {dict(bindings)} ({total})")
         return int(total)
 
     def __str__(self) -> str:
+        # formatted once per Dim (a frozen value): graph digests and proofs format the same dims often
+        text = self.__dict__.get("_text")
+        if text is None:
+            text = self._format()
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def _format(self) -> str:
         if not self.terms:
             return "0"
         parts = []

@@ -338,3 +338,60 @@ def release(st: LoweringState, done: set[int]) -> None:
         if v.tensor in slots and v.tensor not in live and all(e[0] != v.tensor for e in pool):
             size, dtype, base = slots[v.tensor]
             pool.append((v.tensor, (size, dtype), base))
+
+
+def broadcast_rows(st: LoweringState, nid: int) -> list[Stmt]:
+    """A free-axis vector replicated over partitions on TensorE (ones[1, P].T @ v[1, F])."""
+    g = st.graph
+    node = g.nodes[nid]
+    shape = g.concrete_shape(nid)
+    f = shape[-1]
+    dt = node.type.dtype
+    shared = st.__dict__.setdefault("bcast_shared", {})
+    if dt not in shared:  # one staging chunk, ones vector and PSUM bank serve every vector
+        shared[dt] = (
+            st.tile(f"row_chunk_{dt}", 1, st.bank, dt),
+            st.tile(f"ones_{dt}", 1, st.pmax, dt),
+            st.__dict__.get("bcast_ps") or st.tile("bcast_psum", st.pmax, st.bank, "float32", "psum"),
+        )
+        st.__dict__["bcast_ps"] = shared[dt][2]
+    row, ones, ps = shared[dt]
+    full = st.tile(f"{node.attr('name')}_bcast", st.pmax, f, "float32")
+    out: list[Stmt] = [TileInstr("memset", "vector", tile_ref(ones.name, 0, 1, 0, st.pmax), (("value", 1.0),))]
+    for c0 in range(0, f, st.bank):
+        cs = min(st.bank, f - c0)
+        src = Ref(node.attr("name"), ((Expr.of(0), 1), (Expr.of(c0), cs)), (1, f))
+        out.append(
+            TileInstr(
+                "dma_copy",
+                "dma",
+                tile_ref(row.name, 0, 1, 0, cs),
+                (("src", src),),
+                f"{node.attr('name')} chunk as one row",
+            )
+        )
+        out.append(
+            TileInstr(
+                "nc_matmul",
+                "tensor",
+                tile_ref(ps.name, 0, st.pmax, 0, cs),
+                (
+                    ("stationary", tile_ref(ones.name, 0, 1, 0, st.pmax)),
+                    ("moving", tile_ref(row.name, 0, 1, 0, cs)),
+                    # the bank is shared by every broadcast vector: each chunk must overwrite it
+                    # (nc_matmul's default accumulates onto a location written before)
+                    ("accumulate", False),
+                ),
+                "broadcast over partitions",
+            )
+        )
+        out.append(
+            TileInstr(
+                "tensor_copy",
+                "vector",
+                tile_ref(full.name, 0, st.pmax, c0, cs),
+                (("src", tile_ref(ps.name, 0, st.pmax, 0, cs)),),
+            )
+        )
+    st.bcast[nid] = View(full.name, 0, Expr.of(0), f, "float32")
+    return out

@@ -17,10 +17,11 @@ from typing import Any
 
 from axon.ir import Graph
 from axon.lower.attention import lower_attention, match_attention
-from axon.lower.elementwise import lower_node, release
+from axon.lower.elementwise import broadcast_rows, lower_node, release
 from axon.lower.engines import offload_tensor_scalars
 from axon.lower.fold import fold_pass, folded_rows, split_graph, split_refs
 from axon.lower.fused import lower_group, plan_groups
+from axon.lower.knobmemo import remembered, tree_of
 from axon.lower.matmul import lower_matmul, prepare_weights
 from axon.lower.matsum import (
     is_sum,
@@ -36,7 +37,6 @@ from axon.lower.passes import Pass, materializable, matmul_cuts, normalize, scra
 from axon.lower.program import (
     Comment,
     Expr,
-    Ref,
     Stmt,
     Tensor,
     TileAlloc,
@@ -212,6 +212,19 @@ def _cuts(graph: Graph, fusion: Any) -> set[int]:
 def _lower_pass(
     p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all", rotate_temps: bool = False
 ) -> tuple[list[Stmt], list[Tensor]]:
+    """One pass lowered, remembered by the knobs it read (`axon.lower.knobmemo`): a pure function
+    of the pass, the hardware file, the prefix, the reuse policy and whether temps rotate, which
+    only a pass without matmuls uses (keyed as the pass sees it, so `lower`'s retry with temps fixed
+    finds its matmul passes)."""
+    rotate = rotate_temps and not p.graph.memo(("has_matmul",), lambda: any(n.op == "matmul" for n in p.graph.nodes))
+    tree = tree_of(p.graph, "pass", (p, hw), (prefix, reuse, rotate))
+    stmts, allocs = remembered(tree, knobs, lambda k: _lower_pass_now(p, k, hw, prefix, reuse, rotate))
+    return list(stmts), list(allocs)  # the remembered lists stay as they are
+
+
+def _lower_pass_now(
+    p: Pass, knobs: Mapping[str, Any], hw: Any, prefix: str, reuse: str = "all", rotate_temps: bool = False
+) -> tuple[list[Stmt], list[Tensor]]:
     g = p.graph
     split = int(knobs.get("split", 1))
     if split > 1:  # each row as `split` rows of F/split columns: the pass lowered on the rebound graph
@@ -243,7 +256,7 @@ def _lower_pass(
     pre: list[Stmt] = []
     for nid, role in sorted(roles.role.items()):
         if role == "bcast":
-            pre.extend(_bcast(st, nid))
+            pre.extend(broadcast_rows(st, nid))
     batch_prep: list[Stmt] = []
     for nid in sorted(roles.weight):
         batch_prep.extend(prepare_weights(st, nid))
@@ -301,63 +314,6 @@ def _row_block(st: LoweringState, p: Pass) -> list[Stmt]:
         done.update(groups[node.id][0].nodes if node.id in groups else (node.id,))
         release(st, done)
     return block + _stores(st, p)
-
-
-def _bcast(st: LoweringState, nid: int) -> list[Stmt]:
-    """A free-axis vector replicated over partitions on TensorE (ones[1, P].T @ v[1, F])."""
-    g = st.graph
-    node = g.nodes[nid]
-    shape = g.concrete_shape(nid)
-    f = shape[-1]
-    dt = node.type.dtype
-    shared = st.__dict__.setdefault("bcast_shared", {})
-    if dt not in shared:  # one staging chunk, ones vector and PSUM bank serve every vector
-        shared[dt] = (
-            st.tile(f"row_chunk_{dt}", 1, st.bank, dt),
-            st.tile(f"ones_{dt}", 1, st.pmax, dt),
-            st.__dict__.get("bcast_ps") or st.tile("bcast_psum", st.pmax, st.bank, "float32", "psum"),
-        )
-        st.__dict__["bcast_ps"] = shared[dt][2]
-    row, ones, ps = shared[dt]
-    full = st.tile(f"{node.attr('name')}_bcast", st.pmax, f, "float32")
-    out: list[Stmt] = [TileInstr("memset", "vector", tile_ref(ones.name, 0, 1, 0, st.pmax), (("value", 1.0),))]
-    for c0 in range(0, f, st.bank):
-        cs = min(st.bank, f - c0)
-        src = Ref(node.attr("name"), ((Expr.of(0), 1), (Expr.of(c0), cs)), (1, f))
-        out.append(
-            TileInstr(
-                "dma_copy",
-                "dma",
-                tile_ref(row.name, 0, 1, 0, cs),
-                (("src", src),),
-                f"{node.attr('name')} chunk as one row",
-            )
-        )
-        out.append(
-            TileInstr(
-                "nc_matmul",
-                "tensor",
-                tile_ref(ps.name, 0, st.pmax, 0, cs),
-                (
-                    ("stationary", tile_ref(ones.name, 0, 1, 0, st.pmax)),
-                    ("moving", tile_ref(row.name, 0, 1, 0, cs)),
-                    # the bank is shared by every broadcast vector: each chunk must overwrite it
-                    # (nc_matmul's default accumulates onto a location written before)
-                    ("accumulate", False),
-                ),
-                "broadcast over partitions",
-            )
-        )
-        out.append(
-            TileInstr(
-                "tensor_copy",
-                "vector",
-                tile_ref(full.name, 0, st.pmax, c0, cs),
-                (("src", tile_ref(ps.name, 0, st.pmax, 0, cs)),),
-            )
-        )
-    st.bcast[nid] = View(full.name, 0, Expr.of(0), f, "float32")
-    return out
 
 
 def _stores(st: LoweringState, p: Pass) -> list[Stmt]:

@@ -7,6 +7,7 @@ A backend takes NKI source text, the kernel's name in it and its input specs, an
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import importlib.util
 import os
@@ -14,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from axon.errors import AxonError, BackendError
 from axon.gcpause import gc_paused
 from axon.lazy import neuron_sdk
 from axon.measure.prefix import kernel_def, prefix_trace, returns_after_last_loop
+from axon.measure.samecode import code_key
 from axon.target import HardwareSpec
 
 InputSpec = tuple[str, tuple[int, ...], str]  # (name, shape, dtype)
@@ -103,10 +105,26 @@ class SimBackend:
         self._tmp = None if kernel_dir else tempfile.TemporaryDirectory(prefix="axon-kernels-")
         self.kernel_dir = Path(kernel_dir or self._tmp.name)  # type: ignore[union-attr]  # one of the two is set
         self.extrapolate = extrapolate
+        self._by_code: dict[tuple[Any, ...], tuple[HardwareSpec, Measurement]] = {}
+        self.same_code = 0  # measurements given from a kernel of the same code
 
     def measure(self, source: str, kernel: str, inputs: Sequence[InputSpec], hw: HardwareSpec) -> Measurement:
+        """The kernel's measurement; a kernel of the same code as one this backend measured ok
+        (`axon.measure.samecode`) gets that measurement (its own `wall_s`) and counts in `same_code`."""
+        start = time.perf_counter()
+        code = code_key(source)
+        key = (code, kernel, tuple((n, tuple(s), d) for n, s, d in inputs), id(hw))
+        done = self._by_code.get(key) if code is not None else None
+        if done is not None and done[0] is hw:
+            write_kernel(source, self.kernel_dir)  # its file, as a traced kernel's (WORKDIR/cache/kernels)
+            self.same_code += 1
+            m = done[1]
+            return replace(m, details=copy.deepcopy(m.details), wall_s=time.perf_counter() - start)
         with gc_paused():  # traces are hundreds of thousands of small objects (see `axon.gcpause`)
-            return self._measure(source, kernel, inputs, hw)
+            m = self._measure(source, kernel, inputs, hw)
+        if code is not None and m.status == "ok":
+            self._by_code[key] = (hw, m)  # the hardware object kept, so that its id stays its own
+        return m
 
     def _measure(self, source: str, kernel: str, inputs: Sequence[InputSpec], hw: HardwareSpec) -> Measurement:
         start = time.perf_counter()

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, TypeVar
 
-import psycopg
-
 from axon.errors import StoreError
+from axon.lazy import psycopg
 from axon.measure.records import _COLUMNS, _JSON, SCHEMA_VERSION, Record, _RecordQueries
 from axon.workdir import pid_alive
 
@@ -122,8 +121,8 @@ class PgRecordDB(_RecordQueries):
             self._retry(lambda conn: None)
         else:
             try:
-                self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-            except psycopg.Error as exc:
+                self._conn = psycopg().connect(self.url, autocommit=True, connect_timeout=5)
+            except psycopg().Error as exc:
                 raise StoreError(f"record database {self.path} cannot be reached: {_first_line(exc)}") from None
             _reached.add(self.url)
         if first:
@@ -147,15 +146,15 @@ class PgRecordDB(_RecordQueries):
         while True:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+                    self._conn = psycopg().connect(self.url, autocommit=True, connect_timeout=5)
                 return work(self._conn)
-            except psycopg.OperationalError as exc:
+            except psycopg().OperationalError as exc:
                 self._conn = None
                 if not backoff.wait():
                     raise StoreError(
                         f"record database {self.path} unreachable for {self.retry_s:.0f} s: {_first_line(exc)}"
                     ) from None
-            except psycopg.Error as exc:
+            except psycopg().Error as exc:
                 raise StoreError(f"record database {self.path}: {_first_line(exc)}") from None
 
     def close(self) -> None:

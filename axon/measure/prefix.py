@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import ast
 from dataclasses import replace
-from functools import lru_cache
 
+from axon.measure.samecode import module_tree
 from axon.target.trace import Trace
 
 
-@lru_cache(maxsize=4)
 def kernel_def(source: str, kernel: str) -> ast.FunctionDef | None:
-    """The definition of `kernel` in `source`, parsed once for the backend's several questions (a
-    generated kernel is long, and parsing it costs about as much as compiling it)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    """The definition of `kernel` in `source` (parsed once, `module_tree`)."""
+    tree = module_tree(source)
+    if tree is None:
         return None
     return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
 

@@ -86,13 +86,23 @@ def _lg_ratio(x: float) -> float:
 
 
 def program_features(
-    program: Any, hw: HardwareSpec, matmul_flops: float = 0.0, min_bytes: float = 0.0, roofline_ns: float = 0.0
+    program: Any,
+    hw: HardwareSpec,
+    matmul_flops: float = 0.0,
+    min_bytes: float = 0.0,
+    roofline_ns: float = 0.0,
+    costs: dict[int, tuple[Any, tuple[Any, ...], tuple[str, float, float, float]]] | None = None,
 ) -> dict[str, float]:
     """Shape-generic features of `program` (an `axon.lower.TileProgram`) on `hw`.
 
     With the task's `roofline_ns`, the engine and DMA estimates are also given as log ratios to it
     (`*_over_roof`): a kernel at twice its task's bound looks the same at every shape, which is what
     lets a model trained on some shapes rank the points of another.
+
+    `costs` (the caller's, for one `hw`) keeps each instruction's cost across programs: programs
+    lowered from remembered passes share instruction objects (`axon.lower.knobmemo`), and an
+    instruction's cost depends only on it and the dtype and buffer of the tensors it names, which
+    are checked before a kept cost is used.
     """
     tensors = program.tensors()
     busy = {e: 0.0 for e in ENGINES}
@@ -108,16 +118,28 @@ def program_features(
 
     def cost(ins: Any) -> tuple[str, float, float, float]:
         key = id(ins)
-        if key not in cache:
-            t = _as_trace_instr(ins, tensors)
-            if ins.engine == "dma":
-                c = dma_cost(t, hw)
-                cache[key] = ("dma", c.engine_ns * c.engines, float(c.nbytes), c.fixed_ns)
-            else:
-                fn = CYCLES.get(ins.opcode)
-                cycles = fn(t, hw) if fn else float(max(hw.costs.min_ii_cycles, t.free_size))
-                cache[key] = (ins.engine, cycles / hw.engines[ins.engine].clock_ghz, 0.0, 0.0)
-        return cache[key]
+        got = cache.get(key)
+        if got is not None:
+            return got
+        named: tuple[Any, ...] = ()
+        if costs is not None:
+            named = tuple((tensors[r.tensor].dtype, tensors[r.tensor].buffer) for r in (*ins.reads, ins.dst))
+            kept = costs.get(key)
+            if kept is not None and kept[0] is ins and kept[1] == named:
+                cache[key] = kept[2]
+                return kept[2]
+        t = _as_trace_instr(ins, tensors)
+        if ins.engine == "dma":
+            c = dma_cost(t, hw)
+            got = ("dma", c.engine_ns * c.engines, float(c.nbytes), c.fixed_ns)
+        else:
+            fn = CYCLES.get(ins.opcode)
+            cycles = fn(t, hw) if fn else float(max(hw.costs.min_ii_cycles, t.free_size))
+            got = (ins.engine, cycles / hw.engines[ins.engine].clock_ghz, 0.0, 0.0)
+        cache[key] = got
+        if costs is not None:
+            costs[key] = (ins, named, got)  # the instruction kept, so that its id stays its own
+        return got
 
     def walk(stmts: tuple, mult: int) -> None:
         for s in stmts:

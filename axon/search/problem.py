@@ -72,6 +72,7 @@ class LoweredProblem:
         self._dists.update({k: CategoricalDistribution(tuple(v)) for k, v in sorted(choices.items())})
         self._lowered = lru_cache(maxsize=4096)(self._lower_key)
         self._featured = lru_cache(maxsize=4096)(self._features_key)
+        self._costs: dict[int, Any] = {}  # instruction costs across points (`program_features`)
 
     @property
     def task(self) -> str:
@@ -172,7 +173,9 @@ class LoweredProblem:
         prog = self.program(point)
         if isinstance(prog, str):
             return {}
-        f = program_features(prog, self.hw, self._flops, self._min_bytes, self.roofline_ns)
+        if len(self._costs) > 400_000:  # instructions of programs long evicted: start afresh
+            self._costs.clear()
+        f = program_features(prog, self.hw, self._flops, self._min_bytes, self.roofline_ns, self._costs)
         index, _ = self._split(point)
         f["variant_moves"] = float(len(self.variants[index].moves))
         return f

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy.exc
 from optuna.exceptions import StorageInternalError
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from axon.errors import StoreError
+from axon.lazy import sqlalchemy_exc
 from axon.measure.pgrecords import Backoff, is_postgres_url, reached, redacted, sqlalchemy_url
 from axon.search.costmodel import CostModel
 from axon.search.guards import check_journal, corrupt_journal
@@ -97,15 +97,13 @@ _RETRIED = (
 )
 
 
-_LOST = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.PendingRollbackError)
-
-
 def _connection_lost(exc: BaseException | None) -> bool:
     """The error is the server going away (the connection dropped, or a session left pending by a drop),
     not a statement SQLAlchemy or the database refused."""
-    if isinstance(exc, _LOST):
+    errors = sqlalchemy_exc()
+    if isinstance(exc, (errors.OperationalError, errors.InterfaceError, errors.PendingRollbackError)):
         return True
-    return isinstance(exc, sqlalchemy.exc.DBAPIError) and bool(exc.connection_invalidated)
+    return isinstance(exc, errors.DBAPIError) and bool(exc.connection_invalidated)
 
 
 class _RetryingRDBStorage(RDBStorage):
@@ -122,7 +120,7 @@ def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
         while True:
             try:
                 return method(self, *args, **kwargs)
-            except (sqlalchemy.exc.SQLAlchemyError, StorageInternalError) as exc:
+            except (sqlalchemy_exc().SQLAlchemyError, StorageInternalError) as exc:
                 # Optuna wraps an error of a commit in StorageInternalError: retried when its cause is the connection
                 lost = exc.__cause__ if isinstance(exc, StorageInternalError) else exc
                 if not _connection_lost(lost):
@@ -150,7 +148,7 @@ def retrying_storage(url: str) -> RDBStorage:
             return _RetryingRDBStorage(
                 sqlalchemy_url(url), engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
             )
-        except (sqlalchemy.exc.SQLAlchemyError, StorageInternalError, ValueError) as exc:
+        except (sqlalchemy_exc().SQLAlchemyError, StorageInternalError, ValueError) as exc:
             if reached(url) and backoff.wait():
                 continue
             reason = getattr(exc, "orig", None) or exc.__cause__ or exc

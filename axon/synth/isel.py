@@ -179,6 +179,7 @@ class _Checker:
         self.proved: list[str] = []
         self.checks = 0
         self.max_checks = 0  # 0: no limit
+        self._wants: dict[tuple[int, int], tuple[Any, Any, Any, bool]] = {}  # (piece, base env) -> its value
 
     def out_of_time(self) -> bool:
         """The search budget is counted in candidates checked, not seconds, so that the same group
@@ -189,10 +190,15 @@ class _Checker:
     def numeric(self, piece: _Piece, steps: list[Step], base: Mapping[int, Any]) -> bool:
         self.checks += 1
         env = dict(base)
-        want = _node_value(self.np, self.group.graph, piece.root, {**env, **{k: v for k, v in env.items()}})
+        # the piece's own value is the same for every candidate checked against it: computed once
+        known = self._wants.get((id(piece), id(base)))
+        if known is None or known[0] is not piece or known[1] is not base:
+            want = _node_value(self.np, self.group.graph, piece.root, dict(env))
+            known = self._wants[(id(piece), id(base))] = (piece, base, want, bool(np.isfinite(want).all()))
+        want, finite = known[2], known[3]
         with np.errstate(all="ignore"):
             vals = self._run(self.np, steps, env)
-            return bool(np.isfinite(want).all()) and _close(vals, want)
+            return finite and _close(vals, want)
 
     def _run(self, m: Any, steps: list[Step], env: dict[Any, Any]) -> Any:
         local = {("in", k): v for k, v in env.items()}

@@ -36,7 +36,9 @@ def _all_dims(g: Graph) -> list[Dim]:
 
 def size_trials(graphs: tuple[Graph, ...], trials: int, seed: int) -> list[dict[str, int]]:
     """Size assignments: the smallest admissible one first, then random small multiples."""
-    dims = [d for g in graphs for d in _all_dims(g)]
+    # each distinct dimension once: the nodes of a graph share a few shapes, and a trial evaluates them all
+    dims = list(dict.fromkeys(d for g in graphs for d in _all_dims(g)))
+    shapes = list(dict.fromkeys(d for g in graphs for n in g.nodes for d in n.shape))
     syms = sorted({s for d in dims for s in d.symbols})
     step = {s: 1 for s in syms}
     for d in dims:
@@ -56,9 +58,7 @@ def size_trials(graphs: tuple[Graph, ...], trials: int, seed: int) -> list[dict[
         }
         sizes = {s: step[s] * mult[s] for s in syms}
         try:
-            if all(d.evaluate(sizes) >= 0 for d in dims) and all(
-                d.evaluate(sizes) >= 1 for g in graphs for n in g.nodes for d in n.shape
-            ):
+            if all(d.evaluate(sizes) >= 0 for d in dims) and all(d.evaluate(sizes) >= 1 for d in shapes):
                 out.append(sizes)
         except SpecError:
             continue

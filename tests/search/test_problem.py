@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from axon.search.api import verified_variants
+from axon.search.features import program_features
 from axon.search.problem import LoweredProblem
 from axon.target import load_hw
 from axon.workloads import get
@@ -62,3 +65,23 @@ def test_one_psum_buffer_serializes_matmuls_and_evacuation_in_the_prior():
     assert one["bound_log"] == two["bound_log"]
     assert two["overlap_bound_log"] == two["bound_log"]
     assert one["overlap_bound_log"] > two["overlap_bound_log"]
+
+
+def test_features_with_costs_kept_across_points_are_those_computed_afresh():
+    problem = _problem("attention")
+    rng = np.random.default_rng(0)
+    points = []
+    for _ in range(15):  # random points and their one-knob mutations, as the sampler asks
+        p = problem.sample(rng)
+        points += [p] + [problem.mutate(p, rng) for _ in range(3)]
+    shared = 0
+    for p in points:
+        prog = problem.program(p)
+        if isinstance(prog, str):
+            continue
+        afresh = program_features(prog, problem.hw, problem._flops, problem._min_bytes, problem.roofline_ns)
+        afresh["variant_moves"] = float(len(problem.variants[int(p["variant"])].moves))
+        before = len(problem._costs)
+        assert problem.features(p) == afresh
+        shared += len(problem._costs) == before  # every instruction's cost was kept from earlier points
+    assert shared > 0

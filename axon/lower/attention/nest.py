@@ -15,6 +15,7 @@ from axon.lower.attention.instr import ref2
 from axon.lower.attention.plan import Plan, plan_of
 from axon.lower.attention.rows import rms_rows, transpose_all
 from axon.lower.attention.steps import Steps
+from axon.lower.knobmemo import remembered, tree_of
 from axon.lower.program import Comment, Expr, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram
 from axon.lower.state import Rejected
 
@@ -92,17 +93,10 @@ class _Nest:
 def lower_attention(
     graph: Graph, form: AttentionForm, knobs: Mapping[str, Any], hw: Any, header: tuple[str, ...]
 ) -> TileProgram:
-    """The flash-style kernel of `form` (see `axon.lower.attention`)."""
-    nest = _Nest(plan_of(form, knobs, hw))
-    body = nest.build()
-    stmts: list[Stmt] = [TileAlloc(t) for t in nest.allocs] + nest.pre
-    stmts.append(TileLoop("i_b0", form.batch[0], tuple(body), "batch0"))
-    sbuf = sum(t.bytes_per_partition for t in nest.allocs if t.buffer == "sbuf")
-    banks = sum(max(t.tiles, -(-t.bytes_per_partition // 2048)) for t in nest.allocs if t.buffer == "psum")
-    if sbuf > hw.memory.sbuf_bytes_per_partition:
-        raise Rejected(f"sbuf: {sbuf} bytes per partition needed, {hw.memory.sbuf_bytes_per_partition} available")
-    if banks > hw.memory.psum_banks:
-        raise Rejected(f"psum: {banks} banks needed, {hw.memory.psum_banks} available")
+    """The flash-style kernel of `form` (see `axon.lower.attention`); its statements remembered by
+    the knobs the nest read (`axon.lower.knobmemo`), the header and point are this point's."""
+    tree = tree_of(graph, "attention_nest", (form, hw))
+    stmts, sbuf, banks = remembered(tree, knobs, lambda k: _statements(form, k, hw))
     inputs = tuple(
         Tensor(n.attr("name"), "hbm", graph.concrete_shape(n.id), n.type.dtype, "input") for n in graph.inputs
     )
@@ -113,7 +107,7 @@ def lower_attention(
         inputs,
         outputs,
         (),
-        tuple(stmts),
+        stmts,
         header + (f"attention: online softmax, sbuf/partition: {sbuf} B  psum banks: {banks}",),
         dict(knobs),
         hw.name,
@@ -121,3 +115,18 @@ def lower_attention(
     )
     object.__setattr__(prog, "point", {**knobs, "_sbuf_peak": sbuf, "_psum_banks": banks})
     return prog
+
+
+def _statements(form: AttentionForm, knobs: Mapping[str, Any], hw: Any) -> tuple[tuple[Stmt, ...], int, int]:
+    """The kernel's statements, its SBUF bytes per partition and PSUM banks (Rejected over budget)."""
+    nest = _Nest(plan_of(form, knobs, hw))
+    body = nest.build()
+    stmts: list[Stmt] = [TileAlloc(t) for t in nest.allocs] + nest.pre
+    stmts.append(TileLoop("i_b0", form.batch[0], tuple(body), "batch0"))
+    sbuf = sum(t.bytes_per_partition for t in nest.allocs if t.buffer == "sbuf")
+    banks = sum(max(t.tiles, -(-t.bytes_per_partition // 2048)) for t in nest.allocs if t.buffer == "psum")
+    if sbuf > hw.memory.sbuf_bytes_per_partition:
+        raise Rejected(f"sbuf: {sbuf} bytes per partition needed, {hw.memory.sbuf_bytes_per_partition} available")
+    if banks > hw.memory.psum_banks:
+        raise Rejected(f"psum: {banks} banks needed, {hw.memory.psum_banks} available")
+    return tuple(stmts), sbuf, banks
