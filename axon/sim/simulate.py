@@ -29,8 +29,9 @@ The model, and why:
   i - buffers to release its buffer (WAR on the shared slot). Iterations of a sequential loop are
   separated by a barrier: nothing of iteration i+1 starts before all of iteration i has ended.
 - The compiler's side (`residency.py`): loads of bytes still resident in SBUF are dropped, and the
-  spills and reloads of tiles that outgrow SBUF are booked in the DMA pool (a reload is issued
-  when the engine's previous instruction starts, a spill when the evicting instruction is ready).
+  spills and reloads of tiles that outgrow SBUF are booked in the DMA pool (a spill when the
+  evicting instruction is ready; a reload is prefetched into `loop_tile_buffers` rotating buffers,
+  each free once the instruction that read the reload it held before has ended).
   An instruction the kernel left unbound (`AUTO_ENGINE`) runs on VectorE or ScalarE, whichever
   would finish it first.
 - A fixed `launch_overhead_ns` is added to the latency (kernel launch and teardown).
@@ -126,6 +127,8 @@ def _schedule(
     flops = 0.0
     elided, before, spills = res.elided, res.before, res.spills
     spill_end: dict[int, float] = {}  # unit id -> when its spilled copy is in HBM
+    reloaded_by: dict[str, list[int]] = {}  # engine -> the instructions its reloads were for, in order
+    n_buf = hw.memory.loop_tile_buffers
 
     def transfer(ready: float, nbytes: int, parts: int) -> float:
         """Book a compiler-added transfer (spill or reload) in the DMA pool; return its end."""
@@ -175,11 +178,17 @@ def _schedule(
                 st[0], st[2], st[4] = it, st[1], st[3]
             if st[2] > ready:
                 ready, who = st[2], st[4]
-        if i in before:  # tiles the compiler evicted: reloaded, prefetched behind the engine's last start
+        if i in before:  # tiles the compiler evicted: reloaded into rotating buffers, prefetched
             last = eng_last.get(eng, -1)
             early = starts[last] if last >= 0 else 0.0
+            used = reloaded_by.setdefault(eng, [])
             for uid, nbytes, parts, _ in before[i]:
-                t = transfer(max(early, spill_end.get(uid, 0.0)), nbytes, parts)
+                # its buffer is the one of the reload `n_buf` before it on this engine, free once that
+                # reload's consumer has ended (this instruction itself: when the engine's last one starts)
+                c = used[-n_buf] if len(used) >= n_buf else -1
+                slot = 0.0 if c < 0 else (early if c == i else ends[c])
+                t = transfer(max(slot, spill_end.get(uid, 0.0)), nbytes, parts)
+                used.append(i)
                 if t > ready:
                     ready, who = t, i - 1
         if i in spills:  # tiles written to HBM to make room, once this instruction may run

@@ -256,7 +256,9 @@ class DMACost:
     `engines` engines each move `bytes_per_engine` bytes in `chunks_per_engine` descriptors, which
     keeps each of them busy `engine_ns`; the transfer cannot complete sooner than `fixed_ns` after
     it is issued (descriptor setup and completion semaphore, overlapped with other transfers since
-    every engine has many queues).
+    every engine has many queues). An engine processes the next descriptor while the previous
+    one's bytes are in flight, so it is busy for whichever is longer: its descriptors at
+    `chunk_overhead_ns` each, or its bytes at its bandwidth (`engine_busy_ns`).
     """
 
     engines: int
@@ -310,7 +312,7 @@ def dma_cost(ins: Instr, hw: HardwareSpec) -> DMACost:
         bandwidth *= d.sbuf_to_sbuf_bandwidth_factor
     per_engine_bytes = nbytes / engines
     per_engine_chunks = chunks / engines
-    engine_ns = per_engine_chunks * d.chunk_overhead_ns + per_engine_bytes / bandwidth
+    engine_ns = engine_busy_ns(per_engine_chunks, per_engine_bytes, bandwidth, hw)
     return DMACost(engines, per_engine_bytes, per_engine_chunks, engine_ns, d.fixed_cost_ns, int(nbytes), hbm_bytes)
 
 
@@ -320,8 +322,17 @@ def spill_cost(nbytes: int, partitions: int, hw: HardwareSpec) -> DMACost:
     d = hw.dma
     engines = max(1, min(d.engines, -(-partitions // d.partitions_per_engine)))
     bandwidth = min(d.bytes_per_ns_per_engine, hw.hbm_bytes_per_ns / d.engines)
-    engine_ns = partitions / engines * d.chunk_overhead_ns + nbytes / engines / bandwidth
+    engine_ns = engine_busy_ns(partitions / engines, nbytes / engines, bandwidth, hw)
     return DMACost(engines, nbytes / engines, partitions / engines, engine_ns, d.fixed_cost_ns, nbytes, nbytes)
+
+
+def engine_busy_ns(chunks: float, nbytes: float, bandwidth: float, hw: HardwareSpec) -> float:
+    """How long one DMA engine is busy moving `nbytes` in `chunks` descriptors: descriptor processing
+    is pipelined with the data movement of the descriptors before it (each engine serves 16 queues),
+    so the slower of the two sets the rate. A transfer of rows under `chunk_overhead_ns x bandwidth`
+    bytes is overhead-bound, above it bandwidth-bound (HARDWARE.md section 4: under 256 B per
+    partition badly overhead-bound, 2 KiB close to and 4 KiB at full bandwidth)."""
+    return max(chunks * hw.dma.chunk_overhead_ns, nbytes / bandwidth)
 
 
 def is_dma(ins: Instr) -> bool:
