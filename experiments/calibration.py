@@ -16,12 +16,17 @@ Writes experiments/results/calibration.md and calibration.png. Last line:
 `within_band=N total=M median_abs_log_ratio=X loo_median_abs_log_ratio=Y loo_max_abs_log_ratio=Z
 hbm_bytes_max_rel_err=W order_ok=0|1`.
 
-Usage: .venv/bin/python experiments/calibration.py [--no-fit]   (--no-fit: the YAML's constants as they are)
+Usage: .venv/bin/python experiments/calibration.py [--no-fit | --quick] [--set NAME=VALUE ...]
+  --no-fit: the YAML's constants as they are (with --set: those replaced), no fit, no leave-one-out;
+  --quick: the fit at one step size (x1.19) from the YAML's constants, no leave-one-out: minutes, for
+  iterating on the model (evaluations are memoised on disk by the simulator's source, so the full
+  run after a quick one reuses them). Only the full run (no flag) reports leave-one-out figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -43,6 +48,9 @@ from calibration_fit import WORK, Constant, CoordinateSearch, ResidencyCache, ca
 import axon.nki  # noqa: E402
 from axon.sim import simulate  # noqa: E402
 from axon.target import load_hw  # noqa: E402
+from axon.target.costs import engine_cycles, is_dma  # noqa: E402
+from axon.target.isa import ISA  # noqa: E402
+from axon.target.trace import AUTO_ENGINE  # noqa: E402
 
 BAND = (0.7, 1.4)
 DATA = HERE.parent.parent / "shared" / "data" / "nkibench-trn1"
@@ -171,7 +179,20 @@ class Sim:
     note: str
 
 
-def simulate_point(p: Point, hw, residency: ResidencyCache) -> Sim:
+@dataclass(frozen=True)
+class Raw:
+    """A point's simulation without the launch overhead (which only adds to the latency)."""
+
+    ns: float  # the figure compared, less the launch overhead where it counts one
+    busy: dict[str, float]  # engine busy ns ("dma": per engine)
+    hbm_read: int
+    hbm_write: int
+    instructions: int
+
+
+def simulate_point(p: Point, hw, residency: ResidencyCache) -> Raw:
+    """`p` simulated on `hw` as if its launch overhead were 0 (`finish` adds it)."""
+    hw = with_constants(hw, {"costs.launch_overhead_ns": 0})
     timings = [simulate(t, hw, residency.get(t, hw)) for t in p.traces]
     t = timings[-1]
     if p.how == "per_chain":
@@ -180,12 +201,47 @@ def simulate_point(p: Point, hw, residency: ResidencyCache) -> Sim:
         ns = float(t.timeline.end_ns[0] - t.timeline.start_ns[0])
     else:
         ns = t.latency_ns
-    fr = {e: t.busy_ns[e] / t.latency_ns for e in (*ENGINES, "tensor")}
+    return Raw(ns, dict(t.busy_ns), t.hbm_read_bytes, t.hbm_write_bytes, len(t.timeline))
+
+
+def finish(p: Point, r: Raw, launch_ns: float) -> Sim:
+    """The simulated figures of `p` with the launch overhead `launch_ns`."""
+    latency = r.ns + launch_ns if p.how == "latency" else r.ns
+    span = r.ns + launch_ns  # what the busy fractions are of (the first_dma/per_chain points have no kernel row)
+    fr = {e: r.busy[e] / span for e in (*ENGINES, "tensor")}
     note = (
-        f"{len(t.timeline)} instr; busy vector {100 * fr['vector']:.0f}% scalar {100 * fr['scalar']:.0f}% "
-        f"tensor {100 * fr['tensor']:.0f}% dma {100 * t.utilization['dma']:.0f}%"
+        f"{r.instructions} instr; busy vector {100 * fr['vector']:.0f}% scalar {100 * fr['scalar']:.0f}% "
+        f"tensor {100 * fr['tensor']:.0f}% dma {100 * r.busy['dma'] / span:.0f}%"
     )
-    return Sim(ns, fr, t.hbm_read_bytes, t.hbm_write_bytes, note)
+    return Sim(latency, fr, r.hbm_read, r.hbm_write, note)
+
+
+def relevant_constants(p: Point, hw) -> tuple[str, ...]:
+    """The FITTED constants `p`'s simulation depends on: the DMA ones always, an instruction-cost one
+    only if it changes the cost of one of `p`'s compute instructions on an engine it may run on (the
+    launch overhead never: `finish` adds it). Lets the fit re-simulate only the points a move affects."""
+    out = [c.path for c in FITTED if c.path.startswith("dma.")]
+    for c in FITTED:
+        if not c.path.startswith("costs.") or c.path == "costs.launch_overhead_ns":
+            continue
+        group, name = c.path.split(".")
+        moved = with_constants(hw, {c.path: float(getattr(getattr(hw, group), name)) * 1.5 + 0.5})
+        if any(
+            engine_cycles(ins, hw) != engine_cycles(ins, moved)
+            for t in p.traces
+            for i in t.instructions
+            if not is_dma(i)
+            for ins in _placements(i)
+        ):
+            out.append(c.path)
+    return tuple(out)
+
+
+def _placements(ins):
+    """`ins` on each engine the simulator may run it on (both of VectorE and ScalarE if left unbound)."""
+    if AUTO_ENGINE not in ins.attrs:
+        return (ins,)
+    return tuple(dataclasses.replace(ins, engine=e) for e in ("vector", "scalar") if e in ISA[ins.opcode].engines)
 
 
 def log_ratio(p: Point, s: Sim) -> float:
@@ -237,6 +293,8 @@ def fit_sbuf_fraction(points: list[Point], base, residency: ResidencyCache) -> t
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-fit", action="store_true", help="report the hardware files' constants as they are")
+    parser.add_argument("--quick", action="store_true", help="fit at one step size, no leave-one-out")
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="start from these constants")
     opts = parser.parse_args()
     t0 = time.perf_counter()
     points = published_points() + measured_points()
@@ -244,23 +302,35 @@ def main() -> None:
     hws = {name: load_hw(name) for name in ("trn1", "trn2")}
     residency = ResidencyCache()
     start = {c.path: float(getattr(getattr(hws["trn1"], c.path.split(".")[0]), c.path.split(".")[1])) for c in FITTED}
-
-    def evaluate(values: dict[str, float]) -> dict[str, Sim]:
-        hw1 = with_constants(hws["trn1"], values)
-        return {p.name: simulate_point(p, hw1 if p.hw == "trn1" else hws[p.hw], residency) for p in points}
+    start.update({k: float(v) for k, v in (kv.split("=") for kv in opts.set)})
 
     frac, _ = fit_sbuf_fraction(points, hws["trn1"], residency)
     if not opts.no_fit:
         hws["trn1"] = with_constants(hws["trn1"], {"memory.compiler_sbuf_fraction": frac})
+    relevant = {p.name: relevant_constants(p, hws[p.hw]) if p.hw == "trn1" else () for p in points}
+    raws: dict[tuple, Raw] = {}  # by point and the values of the constants it depends on
+
+    def evaluate(values: dict[str, float]) -> dict[str, Sim]:
+        hw1 = with_constants(hws["trn1"], values)
+        out = {}
+        for p in points:
+            key = (p.name, *(values[k] for k in relevant[p.name]))
+            if key not in raws:
+                raws[key] = simulate_point(p, hw1 if p.hw == "trn1" else hws[p.hw], residency)
+            launch = values["costs.launch_overhead_ns"] if p.hw == "trn1" else hws[p.hw].costs.launch_overhead_ns
+            out[p.name] = finish(p, raws[key], launch)
+        return out
+
     store = WORK / f"evaluations-{source_key('axon/sim', 'axon/target')}.pkl"  # simulations, by the model's code
     search = CoordinateSearch(FITTED, evaluate, store)
     if opts.no_fit:
         fitted, loo = start, {}
     else:
-        fitted, _ = search.fit(start, lambda sims: loss(points, sims), step=1.41)
+        step = 1.19 if opts.quick else 1.41
+        fitted, _ = search.fit(start, lambda sims: loss(points, sims), step=step, min_step=step if opts.quick else 1.09)
         print("fitted:", fitted, f"({len(search.memo)} evaluations, {time.perf_counter() - t0:.0f} s)", flush=True)
         loo = {}
-        for p in points:
+        for p in points if not opts.quick else ():
             if p.kernel:
                 refit, _ = search.fit(
                     fitted, lambda sims, p=p: loss(points, sims, exclude=p.name), step=1.19, min_step=1.19
@@ -268,7 +338,7 @@ def main() -> None:
                 loo[p.name] = (refit, log_ratio(p, search.results(refit)[p.name]))
                 print(f"leave out {p.name}: {refit} -> log ratio {loo[p.name][1]:+.3f}", flush=True)
     sims = search.results(fitted)
-    report(points, sims, fitted, start, frac, loo, time.perf_counter() - t0)
+    report(points, sims, fitted, start, frac, loo, time.perf_counter() - t0, write=not (opts.quick or opts.set))
 
 
 # ---- the report ----------------------------------------------------------------------------------
@@ -340,7 +410,8 @@ def plot(points: list[Point], sims: dict[str, Sim], loo: dict[str, tuple], path:
     fig.savefig(path, dpi=110)
 
 
-def report(points, sims, fitted, start, frac, loo, secs) -> None:
+def report(points, sims, fitted, start, frac, loo, secs, write: bool = True) -> None:
+    """Print the summary; with `write`, also calibration.md and calibration.png (the quick modes only print)."""
     ratios = {p.name: sims[p.name].ns / p.measured_ns for p in points}
     within = sum(1 for r in ratios.values() if BAND[0] <= r <= BAND[1])
     median = statistics.median(abs(math.log(r)) for r in ratios.values())
@@ -415,9 +486,11 @@ def report(points, sims, fitted, start, frac, loo, secs) -> None:
         "",
         "![simulated vs measured](calibration.png)",
     ]
-    out = HERE / "results" / "calibration.md"
-    out.write_text("\n".join(lines) + "\n")
-    plot(points, sims, loo, HERE / "results" / "calibration.png")
+    if write:
+        (HERE / "results" / "calibration.md").write_text("\n".join(lines) + "\n")
+        plot(points, sims, loo, HERE / "results" / "calibration.png")
+    else:
+        print("\n".join(lines[lines.index("## Latency") : lines.index("## Summary")]))
     print("\n".join(lines[lines.index("## Summary") :]))
     print(
         f"within_band={within} total={len(points)} median_abs_log_ratio={median:.3f} "
