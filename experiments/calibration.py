@@ -338,7 +338,7 @@ def main() -> None:
                 loo[p.name] = (refit, log_ratio(p, search.results(refit)[p.name]))
                 print(f"leave out {p.name}: {refit} -> log ratio {loo[p.name][1]:+.3f}", flush=True)
     sims = search.results(fitted)
-    report(points, sims, fitted, start, frac, loo, time.perf_counter() - t0, write=not (opts.quick or opts.set))
+    report(points, sims, fitted, start, frac, loo, time.perf_counter() - t0, save=not (opts.quick or opts.set))
 
 
 # ---- the report ----------------------------------------------------------------------------------
@@ -410,8 +410,8 @@ def plot(points: list[Point], sims: dict[str, Sim], loo: dict[str, tuple], path:
     fig.savefig(path, dpi=110)
 
 
-def report(points, sims, fitted, start, frac, loo, secs, write: bool = True) -> None:
-    """Print the summary; with `write`, also calibration.md and calibration.png (the quick modes only print)."""
+def report(points, sims, fitted, start, frac, loo, secs, save: bool = True) -> None:
+    """Print the summary; with `save`, also calibration.md and calibration.png (the quick modes only print)."""
     ratios = {p.name: sims[p.name].ns / p.measured_ns for p in points}
     within = sum(1 for r in ratios.values() if BAND[0] <= r <= BAND[1])
     median = statistics.median(abs(math.log(r)) for r in ratios.values())
@@ -486,7 +486,7 @@ def report(points, sims, fitted, start, frac, loo, secs, write: bool = True) -> 
         "",
         "![simulated vs measured](calibration.png)",
     ]
-    if write:
+    if save:
         (HERE / "results" / "calibration.md").write_text("\n".join(lines) + "\n")
         plot(points, sims, loo, HERE / "results" / "calibration.png")
     else:
