@@ -21,9 +21,9 @@ import optuna
 
 from axon import __version__
 from axon.errors import AxonError
+from axon.gcpause import gc_frozen
 from axon.ir import flops, min_bytes
 from axon.measure.backend import get_backend
-from axon.gcpause import gc_frozen
 from axon.measure.events import Callback, OnTrial, TrialLog
 from axon.measure.stores import open_records, records_location
 from axon.search.baselines import baseline_latency, expert_latency
