@@ -26,7 +26,7 @@ from axon.errors import AxonError, BackendError
 from axon.gcpause import gc_paused
 from axon.lazy import neuron_sdk
 from axon.measure.prefix import kernel_def, prefix_trace, returns_after_last_loop
-from axon.measure.samecode import code_key
+from axon.measure.samecode import code_key, module_tree
 from axon.target import HardwareSpec
 
 InputSpec = tuple[str, tuple[int, ...], str]  # (name, shape, dtype)
@@ -112,16 +112,24 @@ class SimBackend:
         """The kernel's measurement; a kernel of the same code as one this backend measured ok
         (`axon.measure.samecode`) gets that measurement (its own `wall_s`) and counts in `same_code`."""
         start = time.perf_counter()
-        code = code_key(source)
-        key = (code, kernel, tuple((n, tuple(s), d) for n, s, d in inputs), id(hw))
-        done = self._by_code.get(key) if code is not None else None
-        if done is not None and done[0] is hw:
-            write_kernel(source, self.kernel_dir)  # its file, as a traced kernel's (WORKDIR/cache/kernels)
-            self.same_code += 1
-            m = done[1]
-            return replace(m, details=copy.deepcopy(m.details), wall_s=time.perf_counter() - start)
-        with gc_paused():  # traces are hundreds of thousands of small objects (see `axon.gcpause`)
-            m = self._measure(source, kernel, inputs, hw)
+        # the parse of a long generated kernel (`code_key`) and its traces are hundreds of thousands
+        # of small objects: without the cycle collector (`axon.gcpause`), which walked the tuner's
+        # whole heap during the parse (a tenth of an attention tune's CPU), for the measurement
+        # whole, and the parsed source is dropped before it is on again (it would survive into the
+        # next collections: a long kernel's tree is a few hundred thousand objects)
+        with gc_paused():
+            try:
+                code = code_key(source)
+                key = (code, kernel, tuple((n, tuple(s), d) for n, s, d in inputs), id(hw))
+                done = self._by_code.get(key) if code is not None else None
+                if done is not None and done[0] is hw:
+                    write_kernel(source, self.kernel_dir)  # its file, as a traced kernel's (WORKDIR/cache/kernels)
+                    self.same_code += 1
+                    m = done[1]
+                    return replace(m, details=copy.deepcopy(m.details), wall_s=time.perf_counter() - start)
+                m = self._measure(source, kernel, inputs, hw)
+            finally:
+                module_tree.cache_clear()
         if code is not None and m.status == "ok":
             self._by_code[key] = (hw, m)  # the hardware object kept, so that its id stays its own
         return m

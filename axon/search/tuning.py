@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -21,9 +21,10 @@ import optuna
 
 from axon import __version__
 from axon.errors import AxonError
+from axon.gcpause import gc_frozen
 from axon.ir import flops, min_bytes
 from axon.measure.backend import get_backend
-from axon.measure.events import Callback, TrialLog
+from axon.measure.events import Callback, OnTrial, TrialLog
 from axon.measure.stores import open_records, records_location
 from axon.search.baselines import baseline_latency, expert_latency
 from axon.search.checks import adversarial_check, numerics_check
@@ -97,11 +98,12 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = ()) -> TuneReport
         raise TypeError(
             f"tune() takes a TuneRequest (TuneRequest.make({request!r}, ...)), not {type(request).__name__}"
         )
-    with quiet_optuna():
-        return _tune(request, list(callbacks))
+    # the collector walks the setup's heap and each trial's survivors once (`axon.gcpause`)
+    with quiet_optuna(), gc_frozen() as settle:
+        return _tune(request, list(callbacks), settle)
 
 
-def _tune(request: TuneRequest, callbacks: list[Callback]) -> TuneReport:
+def _tune(request: TuneRequest, callbacks: list[Callback], settle: Callable[[], None]) -> TuneReport:
     r, workdir = request, request.workdir
     w, graph = preflight(r)
     kernels = workdir.kernel_cache
@@ -135,7 +137,13 @@ def _tune(request: TuneRequest, callbacks: list[Callback]) -> TuneReport:
     def run_with(run: Any) -> TuneReport:
         own: list[Callback] = [MlflowMetrics(run)] if run is not None else []
         tuner = Tuner(
-            problem, meter, db, replace(config, run_id=run.run_id if run else ""), storage, model, [*own, *callbacks]
+            problem,
+            meter,
+            db,
+            replace(config, run_id=run.run_id if run else ""),
+            storage,
+            model,
+            [*own, *callbacks, OnTrial(lambda _: settle())],
         )
         try:
             result = tuner.run()

@@ -223,6 +223,48 @@ def input_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
     return ranges
 
 
+def joint_ranges(graph: Graph, ranges: Mapping[str, Range], cls: str, dtype: str, seed: int = 0) -> dict[str, Range]:
+    """The ranges class `cls` draws from when it pushes every input at once (`ALL`).
+
+    Each input's range is derived with the others typical; at all of their ends together the spec as
+    written can fail outright (a matmul of two inputs each at 2^44 overflows float32), and a case where
+    the spec is infinitely wrong holds a kernel to nothing. So where this class fails the spec outright,
+    every derived range is scaled by the same power of 1/_STEP until it does not, then kept `HEADROOM`
+    below that (as a single input's bound is). Where the spec survives the class, the ranges are the
+    inputs' own (that case is unchanged); declared ranges and ranges within [-1, 1] are never scaled.
+    """
+    g = reduced(graph)
+    derived = {n for n in g.input_names if graph.input(n).attr("range") is None}
+
+    def scaled(s: float) -> dict[str, Range]:
+        out = dict(ranges)
+        for n in derived:
+            lo, hi = ranges[n]
+            out[n] = (min(lo * s, -1.0), max(hi * s, 1.0)) if lo < 0 < hi else (lo, hi)
+        return out
+
+    scale = 1.0
+    while True:
+        r = scaled(scale)
+        if all(max(-lo, hi) <= 1.0 for n, (lo, hi) in r.items() if n in derived):
+            return r
+        if _spec_error(g, class_inputs(g, r, cls, ALL, dtype, seed), dtype) < 0.5:
+            return r if scale == 1.0 else scaled(scale / HEADROOM)
+        scale /= _STEP
+
+
+def all_cases(
+    graph: Graph, ranges: Mapping[str, Range], dtype: str, seed: int = 0
+) -> list[tuple[str, str | None, dict[str, Range], dict[str, np.ndarray]]]:
+    """(class, target, the ranges drawn from, inputs) for every case of `cases`: the `ALL` ones from
+    `joint_ranges`."""
+    out = []
+    for cls, target in cases(graph):
+        r = joint_ranges(graph, ranges, cls, dtype, seed) if target == ALL else dict(ranges)
+        out.append((cls, target, r, class_inputs(graph, r, cls, target, dtype, seed)))
+    return out
+
+
 def _spec_error(g: Graph, inputs: Mapping[str, np.ndarray], dtype: str) -> float:
     return class_error(g, inputs, evaluate(g, inputs), dtype)
 
@@ -270,10 +312,11 @@ class AdversarialCheck:
         self.spec, self.dtype = reduced(spec), dtype
         self.ranges = dict(ranges) if ranges is not None else input_ranges(spec, dtype, seed)
         self.cases = []
-        for cls, target in cases(self.spec):
-            inputs = class_inputs(self.spec, self.ranges, cls, target, dtype, seed)
+        self.case_ranges: dict[tuple[str, str | None], dict[str, Range]] = {}
+        for cls, target, ranges_used, inputs in all_cases(self.spec, self.ranges, dtype, seed):
             expected = evaluate(self.spec, inputs)
             self.cases.append((cls, target, inputs, expected, class_error(self.spec, inputs, expected, dtype)))
+            self.case_ranges[cls, target] = ranges_used
 
     def check(self, variant: Graph) -> list[ClassResult]:
         v = variant.bind(**self.spec.bindings)
@@ -288,7 +331,8 @@ class AdversarialCheck:
         if not bad:
             return ""
         worst = max(bad, key=lambda r: r.variant_error / max(r.spec_error, tolerance(self.dtype)))
-        where = ", ".join(f"{n} in [{lo:.3g}, {hi:.3g}]" for n, (lo, hi) in self.ranges.items())
+        used = self.case_ranges[worst.cls, worst.target]
+        where = ", ".join(f"{n} in [{lo:.3g}, {hi:.3g}]" for n, (lo, hi) in used.items())
         return (
             f"relative error {worst.variant_error:.2g} in {self.dtype} on {worst.label} inputs ({where}), "
             f"the spec as written {worst.spec_error:.2g}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from axon.search.checks import adversarial_check, numerics_check
+from axon.search.checks import AdversarialReport, ClassFigure, adversarial_check, numerics_check
 from axon.search.problem import LoweredProblem
 from axon.synth import discover_variants
 from axon.target import load_hw
@@ -59,3 +59,12 @@ def test_tune_reports_the_adversarial_figures_and_the_rejected_variants(tmp_path
     assert any(r.startswith("unshift-exp: exp overflows") for r in report.fp_rejected)
     assert "adversarial:" in report.summary() and "not offered (floating point): unshift-exp" in report.summary()
     assert report.variant_id and report.variant_id[:8] in report.summary()
+
+
+def test_summary_shows_the_spec_as_written_where_the_kernel_is_held_to_it():
+    """A class where the spec as written is itself worse than the tolerance (so the kernel may be as
+    bad): the figure reads as alarming unless the spec's own error stands beside it."""
+    held = ClassFigure("magnitude", 1.0, 1.0, 10.0, "magnitude(all inputs)")
+    fine = ClassFigure("typical", 2e-7, 1.8e-7, 1e-5, "typical")
+    text = AdversarialReport({"M": 8}, "float32", {}, (fine, held)).summary()
+    assert text == "typical 2.0e-07, magnitude 1.0e+00 (magnitude(all inputs): as written 1.0e+00)"

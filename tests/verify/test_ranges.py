@@ -14,9 +14,19 @@ import pytest
 
 import axon.spec as ax
 from axon.errors import SpecError
-from axon.ir import trace
+from axon.ir import evaluate, trace
 from axon.synth import discover_variants
-from axon.verify.adversarial import AdversarialCheck, evaluate_in, input_ranges, quantize
+from axon.verify.adversarial import (
+    ALL,
+    RANGE_CLASSES,
+    AdversarialCheck,
+    class_error,
+    class_inputs,
+    evaluate_in,
+    input_ranges,
+    quantize,
+    reduced,
+)
 from axon.verify.floating import screen
 from axon.verify.ranges import analyze, new_hazards
 from axon.workloads import get
@@ -170,3 +180,21 @@ def test_safe_moves_are_still_offered():
     kept, rejected = screen(g, _variants(g, 2))
     assert any(_moves(v) == "move-factor-across + hoist-factor" for v in kept), [r.describe() for r in rejected]
     assert not rejected
+
+
+@pytest.mark.parametrize("name", ["matmul", "rmsnorm_matmul", "swiglu"])
+def test_classes_on_every_input_at_once_are_ones_the_spec_as_written_survives(name):
+    """Each input's range is derived with the others typical; all of them at their ends together
+    overflow the spec as written (a case that holds a kernel to nothing). The `ALL` cases draw from
+    ranges scaled down together until the spec as written is finite there."""
+    g = get(name).graph("small")
+    spec = reduced(g)
+    own = input_ranges(g, "float32")
+    with np.errstate(all="ignore"):
+        at_own = max(
+            class_error(spec, x, evaluate(spec, x), "float32")
+            for x in (class_inputs(spec, own, c, ALL, "float32") for c in RANGE_CLASSES)
+        )
+    assert not at_own < 0.5  # what the joint ranges exist for
+    joint = [err for _, target, _, _, err in AdversarialCheck(g, "float32").cases if target == ALL]
+    assert joint and max(joint) < 0.5
