@@ -1,4 +1,5 @@
-"""The DMA engines' calendars: when each engine is moving data, for transfers placed out of order.
+"""Engine calendars: when an engine is busy, for work placed out of order (DMA transfers, and
+compute instructions the compiler reorders inside pipelined loops, see `simulate.py`).
 
 Every DMA engine has many hardware queues, so a transfer whose semaphore is still pending (a
 store waiting for its compute) does not hold back a later load that is ready: each transfer takes
@@ -46,6 +47,14 @@ class EngineCalendar:
 
     def book(self, s: float, e: float) -> None:
         starts, ends = self.starts, self.ends
+        if not ends or s > ends[-1]:  # after everything booked (an in-order engine's case)
+            starts.append(s)
+            ends.append(e)
+            return
+        if s >= starts[-1]:  # touches or overlaps the last interval only
+            if e > ends[-1]:
+                ends[-1] = e
+            return
         k = bisect_right(starts, s)
         # merge with the previous interval if it touches, and with following ones it reaches
         if k > 0 and ends[k - 1] >= s:

@@ -20,7 +20,8 @@ RAW, WAR, WAW = 0, 1, 2
 
 
 def buffer_slots(allocs: Iterable[Alloc], loop_buffers: int) -> dict[int, int]:
-    """Map alloc id -> physical slot: allocations of one in-loop site share `loop_buffers` slots.
+    """Map alloc id -> physical slot: allocations of one in-loop tile (site, buffer, shape and dtype:
+    a line such as `nl.matmul`'s may allocate several tiles) share `loop_buffers` slots.
 
     >>> from axon.target.trace import Alloc
     >>> a = [Alloc(i, "sbuf", "t", (128, 512), "float32", 128, 2048, "k.py:7", loop_depth=1) for i in range(4)]
@@ -28,17 +29,17 @@ def buffer_slots(allocs: Iterable[Alloc], loop_buffers: int) -> dict[int, int]:
     [0, 0, 1, 1]
     """
     slots: dict[int, int] = {}
-    seen: dict[tuple[str, str], int] = {}
-    named: dict[tuple[str, str, int], int] = {}
+    seen: dict[tuple, int] = {}
+    named: dict[tuple, int] = {}
     for alloc in sorted(allocs, key=lambda a: a.id):
         if alloc.loop_depth <= 0 or loop_buffers <= 0:
             slots[alloc.id] = len(named)
             named[("", "", -alloc.id - 1)] = slots[alloc.id]
             continue
-        key = (alloc.site, alloc.buffer)
+        key = (alloc.site, alloc.buffer, alloc.shape, alloc.dtype)  # one line may allocate several tiles
         k = seen.get(key, 0)
         seen[key] = k + 1
-        slot_key = (alloc.site, alloc.buffer, k % loop_buffers)
+        slot_key = (*key, k % loop_buffers)
         if slot_key not in named:
             named[slot_key] = len(named)
         slots[alloc.id] = named[slot_key]

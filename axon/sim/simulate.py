@@ -3,7 +3,11 @@
 The model, and why:
 - Each compute engine (Tensor, Vector, Scalar, GpSimd) is an in-order queue: an instruction starts
   when its engine is free, its inputs are ready and its outputs may be overwritten. That is how
-  the hardware runs: four instruction streams synchronised by semaphores.
+  the hardware runs: four instruction streams synchronised by semaphores. The streams are the
+  compiler's, though: inside an affine loop of several iterations its scheduler moves a ready
+  instruction of a later iteration ahead of one still waiting for its inputs, so there an
+  instruction takes the first gap of its engine at or after it is ready (e.g. the next k-step's
+  TensorE transpose runs while VectorE copies this step's transpose out of PSUM for its matmul).
 - Dependencies come from the memory each instruction reads and writes (RAW, WAR, WAW, by
   partition x byte overlap, see `memory.py`). A result is usable `access_overhead_cycles` after
   the producing instruction ends (the write-back through SBUF/PSUM); a consumer on another engine
@@ -108,6 +112,7 @@ def _schedule(
 
     eng_free = {e: 0.0 for e in COMPUTE_ENGINES}
     eng_last = {e: -1 for e in COMPUTE_ENGINES}
+    cal = {e: EngineCalendar() for e in COMPUTE_ENGINES}  # each engine's busy intervals
     sbuf_port = {"vector": (0.0, -1), "gpsimd": (0.0, -1)}
     psum_port = {"vector": (0.0, -1), "scalar": (0.0, -1)}
     n_dma = hw.dma.engines
@@ -215,22 +220,35 @@ def _schedule(
             dma_bytes += cost.nbytes
             lanes[i] = f"dma{lane}"
             result_ready = end
-        else:  # a compute engine: in order, after its previous instruction and any port holder
-            start = ready
-            if eng_free[eng] > start:
-                start, who = eng_free[eng], eng_last[eng]
+        else:  # a compute engine: after its previous instruction (or in a gap, see below) and any port holder
+            dur = C.engine_cycles(ins, hw) / clocks[eng]
             uses_sbuf = share_sbuf and eng in port_partner and any(a.buffer == "sbuf" for a in ins.reads)
             uses_psum = share_psum and eng in psum_partner and any(a.buffer == "psum" for a in ins.reads + ins.writes)
-            if uses_sbuf and sbuf_port[port_partner[eng]][0] > start:
-                start, who = sbuf_port[port_partner[eng]]
-            if uses_psum and psum_port[psum_partner[eng]][0] > start:
-                start, who = psum_port[psum_partner[eng]]
-            dur = C.engine_cycles(ins, hw) / clocks[eng]
+            # In a pipelined affine loop the compiler's scheduler moves a ready instruction of a later
+            # iteration ahead of one still waiting for its inputs: it takes the first gap of its engine
+            # at or after it is ready. Elsewhere the engine's stream is in order.
+            gaps = _in_pipelined_loop(ins.loops, pipelined)
+            start = ready
+            while True:
+                if gaps:
+                    s = cal[eng].earliest(start, dur)
+                else:
+                    s = eng_free[eng] if eng_free[eng] > start else start
+                if s > start:
+                    start, who = s, eng_last[eng]
+                if uses_sbuf and sbuf_port[port_partner[eng]][0] > start:
+                    start, who = sbuf_port[port_partner[eng]]
+                elif uses_psum and psum_port[psum_partner[eng]][0] > start:
+                    start, who = psum_port[psum_partner[eng]]
+                else:
+                    break
             end = start + dur
-            eng_free[eng], eng_last[eng] = end, i
-            if uses_sbuf:
+            cal[eng].book(start, end)
+            if end > eng_free[eng]:
+                eng_free[eng], eng_last[eng] = end, i
+            if uses_sbuf and end > sbuf_port[eng][0]:
                 sbuf_port[eng] = (end, i)
-            if uses_psum:
+            if uses_psum and end > psum_port[eng][0]:
                 psum_port[eng] = (end, i)
             busy[eng] += dur
             lanes[i] = eng

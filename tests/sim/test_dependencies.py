@@ -101,3 +101,45 @@ def test_inner_sequential_loops_of_different_outer_iterations_do_not_share_a_bar
     tl = simulate(b.build(), HW).timeline
     assert tl.start_ns[2] < tl.end_ns[1]  # outer iteration 1 runs beside outer iteration 0
     assert tl.start_ns[3] >= tl.end_ns[2]
+
+
+def test_tiles_of_one_site_with_different_shapes_rotate_apart():
+    # nl.matmul's lowering allocates the transposed operand in PSUM and its result at the same line:
+    # each tile has its own rotating buffers, not a share of one rotation
+    b = TraceBuilder()
+    small, big = [], []
+    for _ in range(4):
+        small.append(b.psum("t", 128, 128, site="k.py:9", loop_depth=1))
+        big.append(b.psum("r", 128, 512, site="k.py:9", loop_depth=1))
+    slots = buffer_slots(b.allocs, 2)
+    assert [slots[a.id] for a in small] == [slots[small[0].id], slots[small[1].id]] * 2
+    assert [slots[a.id] for a in big] == [slots[big[0].id], slots[big[1].id]] * 2
+    assert len({slots[a.id] for a in small + big}) == 4
+
+
+def _transpose_copy_matmul(b: TraceBuilder, steps: int, loop: int | None):
+    """Per step: TensorE transposes into PSUM, VectorE copies it to SBUF, TensorE multiplies it."""
+    x = b.sbuf("x", 128, 128 * steps)
+    out = b.psum("acc", 128, 512)
+    ins = []
+    for k in range(steps):
+        lp = ((loop, "affine", k),) if loop is not None else ()
+        tp = b.psum("tp", 128, 128, site="k.py:2", loop_depth=1)
+        ts = b.sbuf("ts", 128, 128, site="k.py:3", loop_depth=1)
+        ins.append(b.op("nc_transpose", "tensor", [b.whole(x, 512 * k, 512 * (k + 1))], [b.whole(tp)], 128, loops=lp))
+        b.op("tensor_copy", "vector", [b.whole(tp)], [b.whole(ts)], 128, loops=lp)
+        ins.append(b.op("nc_matmul", "tensor", [b.whole(ts), b.whole(out)], [b.whole(out)], 512, loops=lp))
+    return ins
+
+
+def test_the_compiler_moves_the_next_iterations_transpose_ahead_of_a_waiting_matmul():
+    b = TraceBuilder()
+    tp0, mm0, tp1, _ = (i.index for i in _transpose_copy_matmul(b, 2, b.loop("affine", 2)))
+    tl = simulate(b.build(), HW).timeline
+    assert tl.start_ns[tp1] < tl.start_ns[mm0]  # in the gap while VectorE copies step 0's transpose
+    assert tl.start_ns[tp1] >= tl.end_ns[tp0]
+
+    b = TraceBuilder()  # outside a loop the engine's stream stays in order
+    _, mm0, tp1, _ = (i.index for i in _transpose_copy_matmul(b, 2, None))
+    tl = simulate(b.build(), HW).timeline
+    assert tl.start_ns[tp1] >= tl.end_ns[mm0]
