@@ -29,6 +29,8 @@ class EngineCalendar:
     def earliest(self, ready: float, dur: float) -> float:
         """The first start >= ready with `dur` free time after it."""
         starts, ends = self.starts, self.ends
+        if not ends or ready >= ends[-1]:
+            return ready
         k = bisect_right(ends, ready)  # intervals [k:] end after `ready`
         t = ready
         while k < len(starts):

@@ -124,6 +124,7 @@ def _schedule(
 
     # affine loops with several iterations: independent work the compiler can interleave
     pipelined = {lp.id for lp in trace.loops if lp.kind == "affine" and lp.trip_count > 1}
+    in_pipe: dict[tuple, bool] = {}  # by an instruction's loops
     starts = [0.0] * n
     ends = [0.0] * n
     lanes = [""] * n
@@ -155,6 +156,10 @@ def _schedule(
                 f"trace {trace.kernel}: instruction {i} ({ins.opcode}, line {ins.line}) "
                 f"is on unknown engine {ins.engine!r}"
             )
+        # In an affine loop of several iterations? (the compiler interleaves their independent work)
+        piped = in_pipe.get(ins.loops)
+        if piped is None:
+            piped = in_pipe[ins.loops] = _in_pipelined_loop(ins.loops, pipelined)
         # Earliest start from dependencies.
         ready, who = 0.0, -1
         last_same = eng_last.get(eng, -2)
@@ -167,7 +172,7 @@ def _schedule(
                 # writes: neither waits for the write-back.
                 t = rec[7]
             elif kind == RAW and not dma:
-                if _in_pipelined_loop(ins.loops, pipelined):
+                if piped:
                     t = rec[7]  # the compiler interleaves another iteration's work behind the drain
                 elif rec[6] == last_same:
                     t += static_ns[eng]  # nothing hides the pipeline drain of the instruction just before
@@ -227,11 +232,11 @@ def _schedule(
             # In a pipelined affine loop the compiler's scheduler moves a ready instruction of a later
             # iteration ahead of one still waiting for its inputs: it takes the first gap of its engine
             # at or after it is ready. Elsewhere the engine's stream is in order.
-            gaps = _in_pipelined_loop(ins.loops, pipelined)
+            calendar = cal[eng]
             start = ready
             while True:
-                if gaps:
-                    s = cal[eng].earliest(start, dur)
+                if piped:
+                    s = calendar.earliest(start, dur)
                 else:
                     s = eng_free[eng] if eng_free[eng] > start else start
                 if s > start:
@@ -243,7 +248,7 @@ def _schedule(
                 else:
                     break
             end = start + dur
-            cal[eng].book(start, end)
+            calendar.book(start, end)
             if end > eng_free[eng]:
                 eng_free[eng], eng_last[eng] = end, i
             if uses_sbuf and end > sbuf_port[eng][0]:
