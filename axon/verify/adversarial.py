@@ -234,7 +234,7 @@ def joint_ranges(graph: Graph, ranges: Mapping[str, Range], cls: str, dtype: str
     inputs' own (that case is unchanged); declared ranges and ranges within [-1, 1] are never scaled.
     """
     g = reduced(graph)
-    derived = {n for n in g.input_names if graph.input(n).attr("range") is None}
+    derived = set(g.input_names) - set(declared_ranges(graph))
 
     def scaled(s: float) -> dict[str, Range]:
         out = dict(ranges)
