@@ -46,9 +46,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -396,7 +398,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS), help="results folder (table, plot and work directory)")
     ap.add_argument("--data", default=str(DATA), help="folder holding the NKI corpora")
     ap.add_argument("--cached-only", action="store_true", help="write the table from the rows already measured")
+    ap.add_argument("--jobs", type=int, default=1, help="seeds tuned at once, each in its own process")
     args = ap.parse_args()
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs {args.jobs}: at least 1")
+    started, wall_start = time.perf_counter(), time.time()
     out = Path(args.out)
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -407,16 +413,13 @@ def main() -> None:
     chosen = [w for w in all_workloads() if not only or w.name in only]
     hws = args.hw.split(",")
     rows, own = [], []
+    if args.jobs > 1 and not args.cached_only:
+        tune_seeds_in_parallel(chosen, hws, args, work)
     for hw_name in hws:
-        seeds = range(args.seed, args.seed + (args.seeds if hw_name == "trn1" else args.trn2_seeds))
-        for w in chosen:
-            rows.append(table_row(Spot(w), hw_name, seeds, args, work))
-            print(f"{hw_name} {w.name}: {describe(rows[-1])}", flush=True)
-        if hw_name == "trn1" and not args.no_own_shapes:
-            for name, shape, dtype in OWN_SHAPES:
-                if any(w.name == name for w in chosen):
-                    own.append(table_row(own_spot(name, shape, dtype), hw_name, seeds, args, work))
-                    print(f"{hw_name} {own[-1]['label']}: {describe(own[-1])}", flush=True)
+        for spot in table_spots(chosen, hw_name, args):
+            row = table_row(spot, hw_name, seed_range(hw_name, args), args, work)
+            (rows if spot.unfused else own).append(row)
+            print(f"{hw_name} {spot.name}: {describe(row)}", flush=True)
     data = Path(args.data) / NKIBENCH
     measured = json.loads((data / "measured.json").read_text())
     best_found = json.loads((data / "best_found.json").read_text())
@@ -424,9 +427,52 @@ def main() -> None:
     write_table(rows, own, bench, hws, args, out)
     fresh = sum(1 for r in rows + own if r.get("axon_ns") and not r.get("stale"))
     print(f"rows whose kernels the current code still emits: {fresh}/{len(rows) + len(own)}")
+    stored = sum(1 for p in (work / "rows").glob("*.json") if p.stat().st_mtime >= wall_start)
+    minutes = (time.perf_counter() - started) / 60
+    print(f"wall time {minutes:.1f} min ({stored} seed rows tuned or re-timed in this run, --jobs {args.jobs})")
     trn1 = [r for r in rows if r["hw"] == "trn1"]
     n_tasks = sum(1 for w in chosen if w.name in rivals.COMPILER_TASKS)
     print(report.last_line(trn1, own, bench, len(chosen), n_tasks))
+
+
+def seed_range(hw_name: str, args: argparse.Namespace) -> range:
+    return range(args.seed, args.seed + (args.seeds if hw_name == "trn1" else args.trn2_seeds))
+
+
+def table_spots(chosen: list[Workload], hw_name: str, args: argparse.Namespace) -> list[Spot]:
+    """The rows of one hardware's table, in the table's order (the main rows, then the tutorials' shapes)."""
+    spots = [Spot(w) for w in chosen]
+    if hw_name == "trn1" and not args.no_own_shapes:
+        names = {w.name for w in chosen}
+        spots += [own_spot(name, shape, dtype) for name, shape, dtype in OWN_SHAPES if name in names]
+    return spots
+
+
+def tune_seeds_in_parallel(chosen: list[Workload], hws: list[str], args: argparse.Namespace, work: Path) -> None:
+    """`--jobs N`: each (hardware, seed) tuned in its own process, N at once, its rows in the table's
+    order (a seed's rows share its records database, so they stay in one process); the table is then
+    assembled from the rows they stored. The compiler and nki-samples cells are left to the
+    assembling pass (emulating them takes many GB, see `rivals.in_child`)."""
+    tasks = [(hw_name, seed) for hw_name in hws for seed in seed_range(hw_name, args)]
+    names = [w.name for w in chosen]
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        done = [pool.submit(_tune_seed, hw_name, seed, names, args, work) for hw_name, seed in tasks]
+        for (hw_name, seed), future in zip(tasks, done):
+            print(f"{hw_name} seed {seed}: {future.result()}", flush=True)
+
+
+def _tune_seed(hw_name: str, seed: int, names: list[str], args: argparse.Namespace, work: Path) -> str:
+    """One seed's rows (run in a worker process); a row that fails is left to the assembling pass,
+    which records its error."""
+    start = time.perf_counter()
+    failed = []
+    for spot in table_spots([get(n) for n in names], hw_name, args):
+        try:
+            seed_row(spot, hw_name, args.trials, seed, work)
+        except Exception as exc:  # noqa: BLE001 - reported below and again, on its row, by the assembling pass
+            failed.append(f"{spot.name}: {type(exc).__name__}: {exc}"[:200])
+    took = (time.perf_counter() - start) / 60
+    return f"{took:.1f} min" + (f"; failed: {'; '.join(failed)}" if failed else "")
 
 
 def write_table(rows: list[dict], own: list[dict], bench: list[dict], hws: list[str], args, out: Path) -> None:
