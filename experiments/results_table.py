@@ -450,15 +450,36 @@ def table_spots(chosen: list[Workload], hw_name: str, args: argparse.Namespace) 
 
 def tune_seeds_in_parallel(chosen: list[Workload], hws: list[str], args: argparse.Namespace, work: Path) -> None:
     """`--jobs N`: each (hardware, seed) tuned in its own process, N at once, its rows in the table's
-    order (a seed's rows share its records database, so they stay in one process); the table is then
-    assembled from the rows they stored. The compiler and nki-samples cells are left to the
-    assembling pass (emulating them takes many GB, see `rivals.in_child`)."""
-    tasks = [(hw_name, seed) for hw_name in hws for seed in seed_range(hw_name, args)]
+    order (a seed's rows share its records database, so they stay in one process), and the compiler
+    and nki-samples cells as one more task; the table is then assembled from what they stored."""
+    tasks: list[tuple[str, Any]] = [("rivals", None)] + [
+        (hw_name, seed) for hw_name in hws for seed in seed_range(hw_name, args)
+    ]
     names = [w.name for w in chosen]
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        done = [pool.submit(_tune_seed, hw_name, seed, names, args, work) for hw_name, seed in tasks]
+        done = [
+            pool.submit(_rival_cells, names, hws, args, work)
+            if hw_name == "rivals"
+            else pool.submit(_tune_seed, hw_name, seed, names, args, work)
+            for hw_name, seed in tasks
+        ]
         for (hw_name, seed), future in zip(tasks, done):
-            print(f"{hw_name} seed {seed}: {future.result()}", flush=True)
+            label = "compiler and nki-samples cells" if seed is None else f"{hw_name} seed {seed}"
+            print(f"{label}: {future.result()}", flush=True)
+
+
+def _rival_cells(names: list[str], hws: list[str], args: argparse.Namespace, work: Path) -> str:
+    """Every row's compiler and nki-samples cells, cached for the assembling pass (run in a worker)."""
+    start = time.perf_counter()
+    failed = []
+    for hw_name in hws:
+        for spot in table_spots([get(n) for n in names], hw_name, args):
+            try:
+                rival_cells(spot, hw_name, Path(args.data), work, cached_only=False)
+            except Exception as exc:  # noqa: BLE001 - the assembling pass records it on the row
+                failed.append(f"{spot.name}: {type(exc).__name__}: {exc}"[:200])
+    took = (time.perf_counter() - start) / 60
+    return f"{took:.1f} min" + (f"; failed: {'; '.join(failed)}" if failed else "")
 
 
 def _tune_seed(hw_name: str, seed: int, names: list[str], args: argparse.Namespace, work: Path) -> str:
