@@ -120,9 +120,11 @@ class MemoryState:
     def producers(self, reads: tuple[Access, ...], writes: tuple[Access, ...]) -> list[tuple[Record, int]]:
         """The records an instruction must wait for, each with its kind (RAW, WAR or WAW)."""
         out: list[tuple[Record, int]] = []
-        writers, readers, slot = self.writers, self.readers, self.slot
+        writers, readers, slots = self.writers, self.readers, self.slots
         for a in reads:
-            s = slot(a.alloc)
+            s = slots.get(a.alloc)
+            if s is None:
+                s = self.slot(a.alloc)
             table = writers.get(s)
             if table:
                 found = self._overlapping(0, s, table, a)
@@ -134,7 +136,9 @@ class MemoryState:
                     if r[0] < phi and plo < r[1] and r[2] < bhi and blo < r[3]:
                         out.append((r, RAW))
         for a in writes:
-            s = slot(a.alloc)
+            s = slots.get(a.alloc)
+            if s is None:
+                s = self.slot(a.alloc)
             plo, phi, blo, bhi = a.partition_lo, a.partition_hi, a.byte_lo, a.byte_hi
             if a.buffer != "hbm":
                 table = writers.get(s)
@@ -157,13 +161,15 @@ class MemoryState:
         self, reads: tuple[Access, ...], writes: tuple[Access, ...], end: float, ready: float, engine: str, index: int
     ) -> None:
         """Remember the accesses of an instruction that ends at `end` (its result usable at `ready`)."""
-        indexes = self._index
+        indexes, slots, readers, writers = self._index, self.slots, self.readers, self.writers
         for a in reads:
-            s = self.slot(a.alloc)
+            s = slots.get(a.alloc)
+            if s is None:
+                s = self.slot(a.alloc)
             box = (a.partition_lo, a.partition_hi, a.byte_lo, a.byte_hi)
-            table = self.readers.get(s)
+            table = readers.get(s)
             if table is None:
-                table = self.readers[s] = {}
+                table = readers[s] = {}
             old = table.get(box)
             if old is None:
                 known = indexes.get((1, s)) if indexes else None
@@ -172,13 +178,15 @@ class MemoryState:
             if old is None or old[4] <= end:
                 table[box] = (*box, end, engine, index, end)
         for a in writes:
-            s = self.slot(a.alloc)
+            s = slots.get(a.alloc)
+            if s is None:
+                s = self.slot(a.alloc)
             box = (a.partition_lo, a.partition_hi, a.byte_lo, a.byte_hi)
             plo, phi, blo, bhi = box
             hbm = a.buffer == "hbm"
             # An HBM write did not wait for older HBM writes, so it cannot stand in for them (nor,
             # through them, for their readers): HBM records are never pruned by a write.
-            for kind, tables in () if hbm else ((0, self.writers), (1, self.readers)):
+            for kind, tables in () if hbm else ((0, writers), (1, readers)):
                 table = tables.get(s)
                 if table and indexes:
                     indexes.pop((kind, s), None)  # (only HBM tables have one: kept for safety)
@@ -188,9 +196,9 @@ class MemoryState:
                         del table[k]
                 elif table:
                     table.clear()
-            table = self.writers.get(s)
+            table = writers.get(s)
             if table is None:
-                table = self.writers[s] = {}
+                table = writers[s] = {}
             old = table.get(box)
             if old is None:
                 known = indexes.get((0, s)) if indexes else None

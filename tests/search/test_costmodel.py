@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from axon.errors import StoreError
+from axon.lazy import xgboost
 from axon.measure.records import Record
 from axon.search.costmodel import CostModel, normalized_labels, ranking_accuracy
 
@@ -109,3 +110,22 @@ def test_replica_spread_is_small_on_the_records_and_off_without_replicas():
     bare = CostModel(rounds=30, replicas=0)
     bare.fit(recs, holdout=0.0)
     assert bare.predict_spread([recs[0].features]) is None
+
+
+def test_boosters_named_after_training_are_the_boosters_trained_on_named_data():
+    """`fit` gives the names to its boosters after training (faster): the model bytes, the
+    replicas, predictions and importances are those of training on named data."""
+    xgb = xgboost()
+    recs = _records(128, 30, 0)
+    model = CostModel(rounds=20)
+    model.fit(recs, holdout=0.0)
+    X = model._matrix([r.features for r in recs])
+    labels = normalized_labels(recs)
+    named = xgb.DMatrix(X, label=labels, weight=np.maximum(labels, 1e-3), feature_names=model.feature_names)
+    reference = xgb.train(model.params, named, num_boost_round=model.rounds)
+    assert model.booster.feature_names == model.feature_names
+    assert model.booster.save_raw("json") == reference.save_raw("json")
+    assert model.booster.get_score(importance_type="gain") == reference.get_score(importance_type="gain")
+    d = xgb.DMatrix(X, feature_names=model.feature_names)
+    assert np.array_equal(model.predict([r.features for r in recs]), reference.predict(d))
+    assert len(model.replicas) == 5 and all(b.feature_names == model.feature_names for b in model.replicas)
