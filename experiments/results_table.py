@@ -53,7 +53,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when imported from elsewhere
@@ -401,7 +401,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="seeds tuned at once, each in its own process")
     args = ap.parse_args()
     if args.jobs < 1:
-        raise SystemExit(f"--jobs {args.jobs}: at least 1")
+        _bad_input(f"--jobs {args.jobs}: at least 1")
     started, wall_start = time.perf_counter(), time.time()
     out = Path(args.out)
     work = out / "work"
@@ -409,7 +409,7 @@ def main() -> None:
     only = [n for n in args.only.split(",") if n]
     unknown = sorted(set(only) - {w.name for w in all_workloads()})
     if unknown:
-        raise SystemExit(f"unknown workloads: {', '.join(unknown)}")
+        _bad_input(f"--only: unknown workloads: {', '.join(unknown)}")
     chosen = [w for w in all_workloads() if not only or w.name in only]
     hws = args.hw.split(",")
     rows, own = [], []
@@ -435,6 +435,12 @@ def main() -> None:
     print(report.last_line(trn1, own, bench, len(chosen), n_tasks))
 
 
+def _bad_input(message: str) -> NoReturn:
+    """A user's mistake: one line, exit 2."""
+    print(f"results_table.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def seed_range(hw_name: str, args: argparse.Namespace) -> range:
     return range(args.seed, args.seed + (args.seeds if hw_name == "trn1" else args.trn2_seeds))
 
@@ -452,46 +458,31 @@ def tune_seeds_in_parallel(chosen: list[Workload], hws: list[str], args: argpars
     """`--jobs N`: each (hardware, seed) tuned in its own process, N at once, its rows in the table's
     order (a seed's rows share its records database, so they stay in one process), and the compiler
     and nki-samples cells as one more task; the table is then assembled from what they stored."""
-    tasks: list[tuple[str, Any]] = [("rivals", None)] + [
-        (hw_name, seed) for hw_name in hws for seed in seed_range(hw_name, args)
-    ]
+    tasks: list[tuple[list[str], int | None]] = [(hws, None)]
+    tasks += [([hw_name], seed) for hw_name in hws for seed in seed_range(hw_name, args)]
     names = [w.name for w in chosen]
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        done = [
-            pool.submit(_rival_cells, names, hws, args, work)
-            if hw_name == "rivals"
-            else pool.submit(_tune_seed, hw_name, seed, names, args, work)
-            for hw_name, seed in tasks
-        ]
-        for (hw_name, seed), future in zip(tasks, done):
-            label = "compiler and nki-samples cells" if seed is None else f"{hw_name} seed {seed}"
+        done = [pool.submit(_table_task, task_hws, seed, names, args, work) for task_hws, seed in tasks]
+        for (task_hws, seed), future in zip(tasks, done):
+            label = "compiler and nki-samples cells" if seed is None else f"{task_hws[0]} seed {seed}"
             print(f"{label}: {future.result()}", flush=True)
 
 
-def _rival_cells(names: list[str], hws: list[str], args: argparse.Namespace, work: Path) -> str:
-    """Every row's compiler and nki-samples cells, cached for the assembling pass (run in a worker)."""
+def _table_task(hws: list[str], seed: int | None, names: list[str], args: argparse.Namespace, work: Path) -> str:
+    """One `--jobs` task, in a worker process: seed `seed`'s rows, or (seed None) every row's compiler
+    and nki-samples cells, stored for the assembling pass; a row that fails is left to that pass,
+    which records its error on the row."""
     start = time.perf_counter()
     failed = []
     for hw_name in hws:
         for spot in table_spots([get(n) for n in names], hw_name, args):
             try:
-                rival_cells(spot, hw_name, Path(args.data), work, cached_only=False)
-            except Exception as exc:  # noqa: BLE001 - the assembling pass records it on the row
+                if seed is None:
+                    rival_cells(spot, hw_name, Path(args.data), work, cached_only=False)
+                else:
+                    seed_row(spot, hw_name, args.trials, seed, work)
+            except Exception as exc:  # noqa: BLE001 - reported here and again, on its row, by the assembling pass
                 failed.append(f"{spot.name}: {type(exc).__name__}: {exc}"[:200])
-    took = (time.perf_counter() - start) / 60
-    return f"{took:.1f} min" + (f"; failed: {'; '.join(failed)}" if failed else "")
-
-
-def _tune_seed(hw_name: str, seed: int, names: list[str], args: argparse.Namespace, work: Path) -> str:
-    """One seed's rows (run in a worker process); a row that fails is left to the assembling pass,
-    which records its error."""
-    start = time.perf_counter()
-    failed = []
-    for spot in table_spots([get(n) for n in names], hw_name, args):
-        try:
-            seed_row(spot, hw_name, args.trials, seed, work)
-        except Exception as exc:  # noqa: BLE001 - reported below and again, on its row, by the assembling pass
-            failed.append(f"{spot.name}: {type(exc).__name__}: {exc}"[:200])
     took = (time.perf_counter() - start) / 60
     return f"{took:.1f} min" + (f"; failed: {'; '.join(failed)}" if failed else "")
 
