@@ -473,6 +473,7 @@ def _table_task(hws: list[str], seed: int | None, names: list[str], args: argpar
     and nki-samples cells, stored for the assembling pass; a row that fails is left to that pass,
     which records its error on the row."""
     start = time.perf_counter()
+    os.environ["AXON_CPUS"] = "1"  # --jobs processes share the CPUs: a tune in one of them forks no helper
     failed = []
     for hw_name in hws:
         for spot in table_spots([get(n) for n in names], hw_name, args):

@@ -1,7 +1,8 @@
 """A capture of one whole tune, to show that a speed change left the tuner's decisions alone.
 
 Runs `tune()` (seed 0, a fresh working directory, tracked as `axon tune` is) with recorders around
-the lowering of each candidate (`LoweredProblem._lower_key`: every candidate lowered, in order),
+the lowering of each candidate in this process (`LoweredProblem._lower_key`, in order; not part of
+the decisions, since with two workers a forked child lowers half of each pool),
 each trial (`Tuner._trial`: number, status, latency, best so far, prediction, kernel hash, reason,
 point) and each measurement (`SimBackend.measure`: source hash, status, latency and details, the
 wall-clock fields left out), and hashes them with the best point, the baselines and the numerics
@@ -38,7 +39,13 @@ def _h(x: Any) -> str:
     return hashlib.sha256(json.dumps(x, default=str).encode()).hexdigest()[:16]
 
 
-def capture(workload: str, trials: int) -> dict[str, Any]:
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that ended (a tune's forked workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def capture(workload: str, trials: int, workers: int | None = None) -> dict[str, Any]:
     """Tune once with the recorders on; what they saw, and the run's artifacts, by hash."""
     lowered: list[str] = []
     logs: list[list[Any]] = []
@@ -65,9 +72,9 @@ def capture(workload: str, trials: int) -> dict[str, Any]:
     LoweredProblem._lower_key, Tuner._trial, SimBackend.measure = lower_rec, trial_rec, measure_rec  # type: ignore[method-assign]
     try:
         with tempfile.TemporaryDirectory() as work:
-            start, cpu = time.perf_counter(), time.process_time()
-            report = tune(TuneRequest.make(workload, trials=trials, workdir=work, seed=0))
-            wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+            start, cpu = time.perf_counter(), _cpu()
+            report = tune(TuneRequest.make(workload, trials=trials, workdir=work, seed=0, workers=workers))
+            wall, cpu_s = time.perf_counter() - start, _cpu() - cpu
             files = {}
             for p in sorted(Path(work).rglob("*")):
                 if p.is_file() and ("timeline" in p.name or p.suffix == ".py" or p.name in ARTIFACTS):
@@ -95,10 +102,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="attention")
     ap.add_argument("--trials", type=int, default=24)
+    ap.add_argument("--workers", type=int, default=None, help="processes the tune may use (default: up to 2 CPUs)")
     ap.add_argument("--json", default=None, help="also write everything recorded to this file")
     args = ap.parse_args()
-    got = capture(args.workload, args.trials)
-    parts = ("lowered", "trials", "measures")
+    got = capture(args.workload, args.trials, args.workers)
+    # the candidates lowered in this process: with two workers, half of each pool is lowered by a
+    # forked child, so this list is not part of the decisions (the trials, measurements and result are)
+    print("lowered here", len(got["lowered"]), _h(got["lowered"]))
+    parts = ("trials", "measures")
     for k in parts:
         print(k, len(got[k]), _h(got[k]))
     print("best", got["best"])

@@ -26,6 +26,8 @@ def pytest_configure(config: pytest.Config) -> None:
     PYTHONDONTWRITEBYTECODE each would otherwise compile every axon module from source again."""
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
         compileall.compile_dir(REPO / "axon", quiet=1)
+    else:  # the xdist workers already use the CPUs: a tune in one of them (or its commands) forks no helper
+        os.environ.setdefault("AXON_CPUS", "1")
 
 
 def rel_err(actual: np.ndarray, expected: np.ndarray) -> float:

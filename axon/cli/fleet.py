@@ -4,6 +4,7 @@ one records store (`axon.search.fleet`); thin wrappers, the coordination is in t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -45,7 +46,9 @@ def fleet_sweep(
             command += [flag, value]
     if cost_model:
         command += ["--cost-model", cost_model]
-    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(workers)]
+    # several workers on this machine: each tune in one process (no forked helper, `axon.forked`)
+    env = {**os.environ, "AXON_CPUS": os.environ.get("AXON_CPUS", "1")} if workers > 1 else None
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(workers)]
     outputs = [p.communicate()[0] for p in procs]
     reports = [out for out in outputs if any(line.startswith("{") for line in out.splitlines())]
     if not reports:

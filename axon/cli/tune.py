@@ -116,6 +116,13 @@ def _has_list(shape: str) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--verbose", "-v", is_flag=True, help="Print each failed trial's reason as it happens (stderr).")
 @click.option("--force", is_flag=True, help="Skip the HBM, host-memory and time guards (for those who know better).")
+@click.option(
+    "--cpus",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Processes the tune uses (default $AXON_CPUS, else 2 where 2 CPUs are free to it): with 2, a forked "
+    "child lowers candidates and traces while this process measures; the decisions are the same with 1.",
+)
 def tune(
     workload,
     shape,
@@ -140,6 +147,7 @@ def tune(
     as_json,
     verbose,
     force,
+    cpus,
 ) -> None:
     """Tune WORKLOAD (a built-in name or path.py:function) and write the best verified kernel.
 
@@ -174,6 +182,7 @@ def tune(
         tracking_uri=tracking_uri,
         patience=patience,
         force=force,
+        workers=cpus,
     )
     if ranges:
         try:

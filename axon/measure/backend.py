@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,8 +23,10 @@ import numpy as np
 
 from axon import nki, sim
 from axon.errors import AxonError, BackendError
+from axon.forked import ChildFailed, Forked
 from axon.gcpause import gc_paused
 from axon.lazy import neuron_sdk
+from axon.measure.extrapolate import RunSummary, extrapolated, summarize
 from axon.measure.prefix import kernel_def, prefix_trace, returns_after_last_loop
 from axon.measure.samecode import code_key, module_tree
 from axon.target import HardwareSpec
@@ -100,11 +102,12 @@ class SimBackend:
     name = "sim"
     STEPS = 16
 
-    def __init__(self, kernel_dir: str | Path | None = None, extrapolate: bool = True) -> None:
+    def __init__(self, kernel_dir: str | Path | None = None, extrapolate: bool = True, workers: int = 1) -> None:
         # without a directory, a temporary one that goes with the backend (nothing left behind)
         self._tmp = None if kernel_dir else tempfile.TemporaryDirectory(prefix="axon-kernels-")
         self.kernel_dir = Path(kernel_dir or self._tmp.name)  # type: ignore[union-attr]  # one of the two is set
         self.extrapolate = extrapolate
+        self.workers = workers  # 2: the shorter of two partial runs is traced and simulated by a forked child
         self._by_code: dict[tuple[Any, ...], tuple[HardwareSpec, Measurement]] = {}
         self.same_code = 0  # measurements given from a kernel of the same code
 
@@ -179,15 +182,37 @@ class SimBackend:
                 )
             # the same fraction of every cut loop, the smallest getting 2 iterations in the first run
             div = min(steps, min(loops.values()) // 2)
-            if ta is None:
-                ta = nki.trace(fn, *specs, hw=hw, loop_limit=cut(1, div))
-            tb = nki.trace(fn, *specs, hw=hw, loop_limit=cut(2, div))
-            timing_b = sim.simulate(tb, hw)
-            timing_a = sim.simulate(ta, hw)
+            first = ta
+
+            def run_a() -> RunSummary:
+                t = first if first is not None else nki.trace(fn, *specs, hw=hw, loop_limit=cut(1, div))
+                return summarize(t, sim.simulate(t, hw), loops)
+
+            sa, (tb, timing_b) = self._two_runs(run_a, lambda: _traced(fn, specs, hw, cut(2, div)))
         except AxonError as exc:  # a kernel that breaks a rule is a failed measurement, not a crash
             return Measurement(self.name, "error", None, error=str(exc), wall_s=time.perf_counter() - start)
         counts = {lid: (cut(1, div)(n), cut(2, div)(n), n) for lid, n in loops.items()}
-        return _extrapolated(self.name, (ta, timing_a), (tb, timing_b), counts, start)
+        return _measured(self.name, extrapolated(sa, tb, timing_b, counts), start)
+
+    def _two_runs(self, run_a: Any, run_b: Any) -> tuple[RunSummary, Any]:
+        """(run_a(), run_b()): with two workers run a in a forked child while this process does run b;
+        an error is run a's when both fail, as when they run one after the other."""
+        if self.workers < 2:
+            return run_a(), run_b()
+        child = Forked(run_a)
+        try:
+            b = run_b()
+        except AxonError:
+            child.cancel()
+            run_a()  # raises first when run a fails too
+            raise
+        except BaseException:
+            child.cancel()
+            raise
+        try:
+            return child.result(), b
+        except ChildFailed:
+            return run_a(), b
 
     def _one_loop(self, fn: Any, specs: list[Any], hw: HardwareSpec, trips: int, start: float) -> Measurement | None:
         """The extrapolated measurement of a kernel that ends with its one long top-level loop of
@@ -212,7 +237,18 @@ class SimBackend:
             timing_b, timing_a = sim.simulate_with_prefix(tb, ta, hw)
         except AxonError:
             return None
-        return _extrapolated(self.name, (ta, timing_a), (tb, timing_b), {lid: (ca, cb, trips)}, start)
+        return _measured(
+            self.name, extrapolated(summarize(ta, timing_a, loops), tb, timing_b, {lid: (ca, cb, trips)}), start
+        )
+
+
+def _traced(fn: Any, specs: list[Any], hw: HardwareSpec, limit: Any) -> tuple[Any, Any]:
+    trace = nki.trace(fn, *specs, hw=hw, loop_limit=limit)
+    return trace, sim.simulate(trace, hw)
+
+
+def _measured(name: str, fields: dict[str, Any], start: float) -> Measurement:
+    return Measurement(backend=name, status="ok", wall_s=time.perf_counter() - start, **fields)
 
 
 def _cut_loops(trace: Any, steps: int) -> dict[int, int]:
@@ -260,83 +296,6 @@ def _measurement(name: str, timing: Any, instructions: int, start: float, detail
         instructions=instructions,
         wall_s=time.perf_counter() - start,
         details=details,
-    )
-
-
-def _per_loop(trace: Any, timing: Any, cut: dict[int, int]) -> dict[int, dict[str, float]]:
-    """Per cut top-level loop: its span on the timeline, instruction count, DMA bytes, busy per engine.
-
-    One pass over the instructions on Python floats (the timeline's float64 values, summed in
-    instruction order, as indexing the arrays one instruction at a time did)."""
-    tl = timing.timeline
-    starts, ends, lanes = tl.start_ns.tolist(), tl.end_ns.tolist(), tl.lane
-    # per loop: [first start, last end, instructions, DMA bytes read, busy ns per engine]
-    acc: dict[int, list[Any]] = {}
-    for i, ins in enumerate(trace.instructions):
-        if not ins.loops or ins.loops[0][0] not in cut:
-            continue
-        s, e = starts[i], ends[i]
-        r = acc.get(ins.loops[0][0])
-        if r is None:
-            r = acc[ins.loops[0][0]] = [s, e, 0, 0, {}]
-        elif s < r[0]:
-            r[0] = s
-        if e > r[1]:
-            r[1] = e
-        r[2] += 1
-        if ins.engine == "dma":
-            r[3] += sum(a.nbytes for a in ins.reads)
-        lane = lanes[i]
-        eng = "dma" if lane.startswith("dma") else lane
-        r[4][eng] = r[4].get(eng, 0.0) + (e - s)
-    out: dict[int, dict[str, float]] = {}
-    for lid in cut:
-        r = acc.get(lid)
-        if r is None:
-            out[lid] = {"span": 0.0, "n": 0.0, "dma_bytes": 0.0}
-            continue
-        row: dict[str, float] = {"span": r[1] - r[0], "n": float(r[2]), "dma_bytes": float(r[3])}
-        row.update((f"busy.{eng}", ns) for eng, ns in r[4].items())
-        out[lid] = row
-    return out
-
-
-def _extrapolated(
-    name: str, run_a: tuple[Any, Any], run_b: tuple[Any, Any], counts: dict[int, tuple[int, int, int]], start: float
-) -> Measurement:
-    """The whole kernel's figures from two partial traces. `counts[loop] = (iterations in run a, in
-    run b, trip count)`. Latency: the growth from run a to run b, repeated until every loop is whole
-    (each loop's share of the growth follows the growth of its own span when trip counts differ).
-    Counts, bytes and busy times: per loop, linear in its iterations."""
-    (ta, sa), (tb, sb) = run_a, run_b
-    cut = {lid: c[2] for lid, c in counts.items()}
-    pa, pb = _per_loop(ta, sa, cut), _per_loop(tb, sb, cut)
-    grow = max(0.0, float(sb.latency_ns) - float(sa.latency_ns))
-    spans = {lid: max(0.0, pb[lid]["span"] - pa[lid]["span"]) for lid in cut}
-    total = sum(spans.values())
-    latency, dma, n = float(sb.latency_ns), float(sb.dma_bytes), float(len(tb.instructions))
-    busy = {k: float(v) for k, v in sb.busy_ns.items()}
-    for lid, (ca, cb, trips) in counts.items():
-        more = (trips - cb) / (cb - ca)
-        da, db = pa[lid], pb[lid]
-        latency += more * grow * (spans[lid] / total if total > 0 else 1.0 / len(counts))
-        n += more * (db["n"] - da["n"])
-        dma += more * max(0.0, db["dma_bytes"] - da["dma_bytes"])
-        for k in busy:
-            busy[k] += more * max(0.0, db.get(f"busy.{k}", 0.0) - da.get(f"busy.{k}", 0.0))
-    return Measurement(
-        backend=name,
-        status="ok",
-        latency_ns=latency,
-        engine_busy_ns=busy,
-        dma_bytes=int(round(dma)),
-        instructions=int(round(n)),
-        wall_s=time.perf_counter() - start,
-        details={
-            "timing": "extrapolated",
-            "cut_loops": {str(k): list(v) for k, v in counts.items()},
-            "simulated_instructions": len(ta.instructions) + len(tb.instructions),
-        },
     )
 
 
@@ -390,13 +349,16 @@ class NeuronBackend:
         return Measurement(self.name, "ok", float(p50_us) * 1e3)  # pragma: no cover
 
 
-BACKENDS = {"sim": SimBackend, "neuron": NeuronBackend}
+BACKENDS: dict[str, Callable[..., Backend]] = {"sim": SimBackend, "neuron": NeuronBackend}
 
 
-def get_backend(name: str, kernel_dir: str | Path | None = None) -> Backend:
-    """The backend `name`, writing the kernel files it traces or compiles into `kernel_dir`."""
+def get_backend(name: str, kernel_dir: str | Path | None = None, workers: int = 1) -> Backend:
+    """The backend `name`, writing the kernel files it traces or compiles into `kernel_dir`; the
+    simulator with `workers` processes (`SimBackend`)."""
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if name == "sim":
+        return SimBackend(kernel_dir, workers=workers)
     backend = BACKENDS[name](kernel_dir)
     if name == "neuron":
         reason = NeuronBackend.available()

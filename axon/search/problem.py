@@ -24,6 +24,7 @@ from axon.lower.space import Space
 from axon.measure.backend import kernel_hash
 from axon.measure.records import task_key
 from axon.search.features import program_features
+from axon.search.prefetch import Prefetch, verdict_of
 from axon.search.roofline import roofline
 from axon.search.sampler import point_key
 from axon.search.tuner import Candidate
@@ -43,7 +44,14 @@ class LoweredProblem:
     """Tune `graph` (bound to its shapes) on `hw` over `variants` (objects with `.graph`, `.hash`)."""
 
     def __init__(
-        self, workload: str, graph: Graph, hw: HardwareSpec, variants: Sequence[Variant], dtype: str, label: str = ""
+        self,
+        workload: str,
+        graph: Graph,
+        hw: HardwareSpec,
+        variants: Sequence[Variant],
+        dtype: str,
+        label: str = "",
+        workers: int = 1,
     ) -> None:
         if not variants:
             raise AxonError(f"{workload}: no variant to tune")
@@ -73,6 +81,9 @@ class LoweredProblem:
         self._lowered = lru_cache(maxsize=4096)(self._lower_key)
         self._featured = lru_cache(maxsize=4096)(self._features_key)
         self._costs: dict[int, Any] = {}  # instruction costs across points (`program_features`)
+        self._lowered_here: set[str] = set()  # keys this process lowered (to leave to a forked child the others)
+        # with workers > 1, pools of candidates are lowered half here, half in a forked child (`prepare`)
+        self.prefetch = Prefetch(self._verdict, self._lowered_here.__contains__, workers)
 
     @property
     def task(self) -> str:
@@ -146,6 +157,9 @@ class LoweredProblem:
 
     # lowering --------------------------------------------------------------------------------------
     def _lower_key(self, key: str) -> Any:
+        if len(self._lowered_here) > 50_000:
+            self._lowered_here.clear()
+        self._lowered_here.add(key)
         index, knobs = self._split(json.loads(key))
         space = self.spaces[index]
         for k in space.knobs:
@@ -160,8 +174,27 @@ class LoweredProblem:
         return self._lowered(point_key(point))
 
     def validate(self, point: Mapping[str, Any]) -> str | None:
-        result = self.program(point)
+        key = point_key(point)
+        ahead = self.prefetch.get(key)
+        if ahead is not None:
+            return ahead[0]
+        result = self._lowered(key)
         return result if isinstance(result, str) else None
+
+    def _verdict(self, key: str) -> tuple[str | None, Mapping[str, float]]:
+        return verdict_of(self._lowered(key), lambda: self._featured(key))
+
+    def prepare(self, points: Sequence[Mapping[str, Any]]) -> None:
+        """Lower `points` and compute their features now, split with a forked child when the problem
+        has two workers (`axon.search.prefetch`); `validate` and `features` then answer from that."""
+        self.prefetch.prepare(point_key(p) for p in points)
+
+    def prepare_async(self, points: Sequence[Mapping[str, Any]]) -> None:
+        """Start lowering `points` in a forked child (two workers), kept by the next `prepare`."""
+        self.prefetch.prepare_async([point_key(p) for p in points])
+
+    def cancel_pending(self) -> None:
+        self.prefetch.cancel()
 
     def features(self, point: Mapping[str, Any]) -> dict[str, float]:
         """The cost model's features of `point` (a copy: the sampler asks again for the same points
@@ -169,6 +202,9 @@ class LoweredProblem:
         return dict(self._featured(point_key(point)))
 
     def _features_key(self, key: str) -> dict[str, float]:
+        ahead = self.prefetch.get(key)
+        if ahead is not None:
+            return dict(ahead[1])
         point = json.loads(key)
         prog = self.program(point)
         if isinstance(prog, str):

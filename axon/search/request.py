@@ -52,6 +52,7 @@ class TuneRequest:
     depth: int = 4  # variant discovery depth
     check: bool = True  # numerics and adversarial checks of the chosen kernel
     force: bool = False  # skip the HBM, host-memory and time guards
+    workers: int | None = None  # processes a tune may use (`axon.forked.workers`: $AXON_CPUS, else up to 2 CPUs)
 
     @classmethod
     def make(
@@ -71,6 +72,8 @@ class TuneRequest:
         seconds = options.get("seconds")
         if seconds is not None and not seconds > 0:
             raise SpecError(f"seconds must be positive, got {seconds:g}: no trial could run")
+        if options.get("workers") is not None and options["workers"] < 1:
+            raise SpecError(f"workers must be at least 1, got {options['workers']}")
         if options.get("sampler", "costmodel") not in SAMPLERS:
             raise SpecError(f"unknown sampler {options['sampler']!r}; choose {', '.join(SAMPLERS)}")
         if "cost_model" in options:

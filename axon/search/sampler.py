@@ -12,6 +12,7 @@ implementing `CandidateSpace`; the sampler knows nothing of NKI.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -164,13 +165,27 @@ class CostModelSampler(BaseSampler):
         startup = len(done) < self.n_startup and not self.model.pretrained  # a pretrained model needs no warm-up
         use_model = self.model.is_trained and not startup
         explore = self._rng.random() < self.epsilon or not (use_model or self.prior)
-        if not explore:
-            with gc_paused():  # lowering the pool makes hundreds of thousands of objects (`axon.gcpause`)
-                best = self._best(seen, done, use_model)
-            if best is not None:
-                return best
-        fallback = self._random_valid(seen)
-        return fallback if fallback is not None else {}
+        try:
+            if not explore:
+                with gc_paused():  # lowering the pool makes hundreds of thousands of objects (`axon.gcpause`)
+                    best = self._best(seen, done, use_model)
+                if best is not None:
+                    return best
+            fallback = self._random_valid(seen)
+            return fallback if fallback is not None else {}
+        finally:
+            self._look_ahead()
+
+    def _look_ahead(self) -> None:
+        """Let a space that can (`prepare_async`) lower the next ask's random points while this trial
+        is measured: they are the next draws of this sampler's generator after its first (the
+        `epsilon` draw), so a copy of the generator names them now."""
+        ahead = getattr(self.space, "prepare_async", None)
+        if ahead is None:
+            return
+        rng = copy.deepcopy(self._rng)
+        rng.random()
+        ahead([self.space.sample(rng) for _ in range(self.pool_size)])
 
     def _best(self, seen: set[str], done: list[tuple[float, Point]], use_model: bool) -> Point | None:
         """The best-scored candidate of a new pool (None when no candidate is left)."""
@@ -185,6 +200,9 @@ class CostModelSampler(BaseSampler):
         if hasattr(self.space, "neighbours"):  # every one-step move from the best few measured points
             for p in (q for e in elite[: self.neighbourhoods] for q in self.space.neighbours(e)):
                 pool.setdefault(point_key(p), p)
+        prepare = getattr(self.space, "prepare", None)
+        if prepare is not None:  # the pool lowered at once (a space may split it across processes)
+            prepare([p for k, p in pool.items() if k not in seen])
         cands = [
             p for k, p in pool.items() if k not in seen and self.space.validate(p) is None and not self._was_measured(p)
         ]

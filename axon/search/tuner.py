@@ -255,6 +255,9 @@ class Tuner:
         try:
             return self._run(cfg, start)
         finally:
+            cancel = getattr(self.problem, "cancel_pending", None)
+            if cancel is not None:  # a child still lowering the next ask's points (`axon.search.prefetch`)
+                cancel()
             for callback in self.callbacks:
                 callback.on_end(self)
 

@@ -21,6 +21,7 @@ import optuna
 
 from axon import __version__
 from axon.errors import AxonError
+from axon.forked import Ahead, workers
 from axon.gcpause import gc_frozen
 from axon.ir import flops, min_bytes
 from axon.measure.backend import get_backend
@@ -36,8 +37,18 @@ from axon.search.storage import journal_storage, load_cost_model
 from axon.search.tuner import TuneConfig, Tuner
 from axon.search.variants import verified_variants
 from axon.track import Tracker
-from axon.track.artifacts import TIMELINE_MAX_INSTRUCTIONS, log_tuning_artifacts
+from axon.track.artifacts import TIMELINE_MAX_INSTRUCTIONS, Timeline, log_tuning_artifacts, timeline_files
 from axon.track.callbacks import MlflowMetrics
+
+
+def best_timeline(cand: Any, r: TuneRequest, kernels: Path, graph: Any, run_id: str, n_workers: int) -> Ahead[Timeline]:
+    """The best kernel's timeline files (`timeline_files`), drawn by a forked child with two workers
+    while this process checks the kernel and measures the baselines."""
+    whole = trace_instructions(graph) * 16 / 3 < TIMELINE_MAX_INSTRUCTIONS
+    plots, stem = r.workdir.plots, f"timeline_{run_id}"
+    return Ahead(
+        lambda: timeline_files(cand.source, cand.kernel, cand.inputs, r.hw, plots, kernels, whole, stem), n_workers
+    )
 
 
 class TuneInterrupted(KeyboardInterrupt):
@@ -107,11 +118,12 @@ def _tune(request: TuneRequest, callbacks: list[Callback], settle: Callable[[], 
     r, workdir = request, request.workdir
     w, graph = preflight(r)
     kernels = workdir.kernel_cache
-    meter = get_backend(r.backend, kernels)
+    n_workers = workers(r.workers)
+    meter = get_backend(r.backend, kernels, workers=n_workers)
     storage = journal_storage(workdir, r.storage)
     fp_rejected: list[Any] = []
     variants = verified_variants(graph, r.depth, rejected=fp_rejected)
-    problem = LoweredProblem(w.name, graph, r.hw, variants, r.dtype)
+    problem = LoweredProblem(w.name, graph, r.hw, variants, r.dtype, workers=n_workers)
     model = load_cost_model(r.cost_model, r.seed, r.tracking_uri, hw=r.hw.name, warn=lambda m: warn(callbacks, m))
     db = open_records(records_location(r.records, r.storage, workdir.records))
     config = TuneConfig(
@@ -168,55 +180,59 @@ def _tune(request: TuneRequest, callbacks: list[Callback], settle: Callable[[], 
                 f"{w.name}: no trial produced a valid measurement: {failure_summary(result.trials, result.failed)}"
             )
         best_point = dict(result.best.point)
-        cand, numerics, adversarial, kernel_path = checked_kernel(best_point)
-        unfused = baseline_latency(problem, meter, db, problem.unfused_point(0), "unfused")
-        expert = expert_latency(w.name, graph, r.hw, meter)
-        variant = problem.variants[int(best_point.get("variant", 0))]
-        report = TuneReport(
-            w.name,
-            dict(graph.bindings),
-            r.dtype,
-            r.hw.name,
-            meter.name,
-            r.sampler,
-            r.seed,
-            result.best.latency_ns,
-            best_point,
-            problem.describe(best_point),
-            str(kernel_path),
-            tuple(m.name for m in variant.moves),
-            unfused,
-            expert,
-            problem.roofline_ns,
-            numerics,
-            result.measured,
-            result.reused,
-            result.failed,
-            time.perf_counter() - start,
-            result.study_name,
-            run.run_id if run else "",
-            tuple(l.best_ns for l in result.trials if l.best_ns is not None),
-            adversarial,
-            tuple(x.describe() for x in fp_rejected),
-            variant.hash,
-        )
+        # the best kernel's timeline, drawn by a forked child (two workers) while the kernel is checked
+        timeline = None
         if run is not None:
-            booster = model.booster if model.is_trained else None
-            log_tuning_artifacts(
-                run,
-                report,
-                source=cand.source,
-                kernel=cand.kernel,
-                inputs=cand.inputs,
-                hw=r.hw,
-                logs=result.trials,
-                proofs=[{"move": m.name, "proof": str(p)} for m, p in zip(variant.moves, variant.proofs)],
-                importance=booster.get_score(importance_type="gain") if booster is not None else None,
-                plots=workdir.plots,
-                kernels=kernels,
-                whole_timeline=trace_instructions(graph) * 16 / 3 < TIMELINE_MAX_INSTRUCTIONS,
+            timeline = best_timeline(problem.build(best_point), r, kernels, graph, run.run_id, n_workers)
+        try:
+            cand, numerics, adversarial, kernel_path = checked_kernel(best_point)
+            unfused = baseline_latency(problem, meter, db, problem.unfused_point(0), "unfused")
+            expert = expert_latency(w.name, graph, r.hw, meter)
+            variant = problem.variants[int(best_point.get("variant", 0))]
+            report = TuneReport(
+                w.name,
+                dict(graph.bindings),
+                r.dtype,
+                r.hw.name,
+                meter.name,
+                r.sampler,
+                r.seed,
+                result.best.latency_ns,
+                best_point,
+                problem.describe(best_point),
+                str(kernel_path),
+                tuple(m.name for m in variant.moves),
+                unfused,
+                expert,
+                problem.roofline_ns,
+                numerics,
+                result.measured,
+                result.reused,
+                result.failed,
+                time.perf_counter() - start,
+                result.study_name,
+                run.run_id if run else "",
+                tuple(l.best_ns for l in result.trials if l.best_ns is not None),
+                adversarial,
+                tuple(x.describe() for x in fp_rejected),
+                variant.hash,
             )
-        return report
+            if run is not None and timeline is not None:
+                booster = model.booster if model.is_trained else None
+                log_tuning_artifacts(
+                    run,
+                    report,
+                    source=cand.source,
+                    logs=result.trials,
+                    proofs=[{"move": m.name, "proof": str(p)} for m, p in zip(variant.moves, variant.proofs)],
+                    importance=booster.get_score(importance_type="gain") if booster is not None else None,
+                    plots=workdir.plots,
+                    timeline=timeline.result,
+                )
+            return report
+        finally:
+            if timeline is not None:
+                timeline.cancel()
 
     if not r.track:
         return run_with(None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +30,14 @@ def log_tuning_artifacts(
     report: Any,
     *,
     source: str,
-    kernel: str,
-    inputs: Sequence[tuple[str, tuple[int, ...], str]],
-    hw: HardwareSpec,
     logs: Sequence[TrialLog],
     proofs: list[dict[str, str]],
     importance: dict[str, float] | None,
     plots: Path,
-    kernels: Path,
-    whole_timeline: bool,
+    timeline: Callable[[], Timeline],
 ) -> None:
-    """Log a finished tuning run's artifacts; `report` is its `TuneReport`."""
+    """Log a finished tuning run's artifacts; `report` is its `TuneReport`, `timeline()` gives the best
+    kernel's timeline files (`timeline_files`, perhaps made by a forked child while the run was checked)."""
     run.log_text(source, f"kernel/{Path(report.kernel_path).name}")
     run.log_dict(report.as_dict(), "report.json")
     buf = io.StringIO()
@@ -67,7 +64,10 @@ def log_tuning_artifacts(
     except Exception as exc:  # a plot is not worth failing a run over; say so in the run
         run.set_tags({"axon.plot_error": str(exc)[:200]})
     try:
-        log_timeline(run, source, kernel, inputs, hw, plots, kernels, whole_timeline)
+        png, perfetto, summary = timeline()
+        run.log_artifact(png, "timeline")
+        run.log_artifact(perfetto, "timeline")
+        run.log_text(summary, "timeline/summary.txt")
     except AxonError as exc:
         run.set_tags({"axon.timeline_error": str(exc)[:200]})
     if importance:
@@ -94,8 +94,10 @@ def convergence_plot(report: Any, logs: Sequence[TrialLog], path: Path) -> Path:
     return path
 
 
-def log_timeline(
-    run: Run,
+Timeline = tuple[Path, Path, str]  # the PNG Gantt chart, the Perfetto JSON, the summary text
+
+
+def timeline_files(
     source: str,
     kernel: str,
     inputs: Sequence[tuple[str, tuple[int, ...], str]],
@@ -103,16 +105,19 @@ def log_timeline(
     folder: Path,
     kernels: Path,
     whole: bool,
-) -> None:
-    """The kernel's engine timeline (PNG Gantt chart and Perfetto JSON) from the simulator; the
-    first TIMELINE_TRIPS iterations of each top-level loop unless `whole`."""
+    stem: str,
+) -> Timeline:
+    """The kernel's engine timeline from the simulator, as FOLDER/STEM.png (Gantt chart) and
+    FOLDER/STEM.json (Perfetto), and its summary; the first TIMELINE_TRIPS iterations of each
+    top-level loop unless `whole`."""
     fn = nki.load_kernel(f"{write_kernel(source, kernels)}:{kernel}")
     limit = None if whole else (lambda trips: min(trips, TIMELINE_TRIPS))
     with gc_paused():  # a whole trace: hundreds of thousands of small objects (see `axon.gcpause`)
         timing = sim.simulate(
             nki.trace(fn, *[(shape, dtype) for _, shape, dtype in inputs], hw=hw, loop_limit=limit), hw
         )
-    run.log_artifact(timing.timeline.to_png(folder / f"timeline_{run.run_id}.png"), "timeline")
-    run.log_artifact(timing.timeline.to_perfetto(folder / f"timeline_{run.run_id}.json"), "timeline")
+    folder.mkdir(parents=True, exist_ok=True)
+    png = timing.timeline.to_png(folder / f"{stem}.png")
+    perfetto = timing.timeline.to_perfetto(folder / f"{stem}.json")
     note = "" if whole else f"(first {TIMELINE_TRIPS} iterations of each top-level loop)\n"
-    run.log_text(note + timing.summary(), "timeline/summary.txt")
+    return png, perfetto, note + timing.summary()

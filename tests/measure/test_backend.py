@@ -119,3 +119,28 @@ def test_a_source_whose_loops_hide_in_a_helper_falls_back_to_the_probe(monkeypat
     assert read.status == "ok", read.error
     assert read.details["timing"] == "extrapolated"
     assert _same(read, _measure_by_probe(monkeypatch, hidden, kernel, inputs))
+
+
+@pytest.mark.parametrize(
+    "name,dims,point",
+    [
+        ("rmsnorm_matmul", dict(M=2048), {"fusion": "unfused", "weights": "resident"}),  # several cut loops
+        ("softmax", dict(M=4096), {"tile_m": 128, "bufs": 2}),  # one loop: a single trace, no child
+    ],
+)
+def test_two_workers_measure_what_one_does(monkeypatch, name, dims, point):
+    """With two workers the shorter partial run is traced and simulated by a forked child; the
+    measurement is the one of a single process, field for field."""
+    src, kernel, inputs = _kernel(name, dims, point)
+    children = []
+
+    class Counted(backend_module.Forked):
+        def __init__(self, fn):
+            children.append(fn)
+            super().__init__(fn)
+
+    monkeypatch.setattr(backend_module, "Forked", Counted)
+    two = SimBackend(workers=2).measure(src, kernel, inputs, HW)
+    assert two.status == "ok", two.error
+    assert _same(two, SimBackend().measure(src, kernel, inputs, HW))
+    assert len(children) == (1 if len(top_level_trips(src, kernel) or ()) > 1 else 0)

@@ -11,9 +11,9 @@ from axon.target import load_hw
 from axon.workloads import get
 
 
-def _problem(name: str, **dims) -> LoweredProblem:
+def _problem(name: str, workers: int = 1, **dims) -> LoweredProblem:
     graph = get(name).graph("small", **dims)
-    return LoweredProblem(name, graph, load_hw("trn1"), verified_variants(graph), "float32")
+    return LoweredProblem(name, graph, load_hw("trn1"), verified_variants(graph), "float32", workers=workers)
 
 
 def test_neighbours_are_every_one_knob_move_and_every_other_variant():
@@ -85,3 +85,21 @@ def test_features_with_costs_kept_across_points_are_those_computed_afresh():
         assert problem.features(p) == afresh
         shared += len(problem._costs) == before  # every instruction's cost was kept from earlier points
     assert shared > 0
+
+
+def test_a_pool_prepared_with_a_forked_child_validates_and_features_as_one_process_does():
+    """`prepare` lowers half of the pool in a forked child, `prepare_async` all of it while this process
+    goes on; every verdict and feature is then the one a single process computes."""
+    one, two = _problem("rmsnorm_matmul"), _problem("rmsnorm_matmul", workers=2)
+    rng = np.random.default_rng(3)
+    pool = [one.sample(rng) for _ in range(40)]
+    later = [one.sample(rng) for _ in range(20)]
+    two.prepare(pool)
+    two.prepare_async(later)
+    two.prepare([])  # keeps what the pending child computed
+    assert len(two.prefetch.kept) >= 30  # the child's half of the pool and the look-ahead's points
+    assert len(two._lowered_here) < 40
+    for p in pool + later:
+        assert two.validate(p) == one.validate(p)
+        assert two.features(p) == one.features(p)
+    assert any(one.validate(p) is not None for p in pool) and any(one.validate(p) is None for p in pool)

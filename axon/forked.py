@@ -1,0 +1,156 @@
+"""`Forked(fn)`: compute `fn()` in a forked copy of this process while this one goes on.
+
+A tune runs one trial at a time, and most of a trial is pure computation on the tuner's state
+(lowering candidate points, tracing and simulating a kernel, drawing the best kernel's timeline).
+Where two such pieces do not depend on each other, the second runs in a child forked at that
+moment: it sees the whole state as it is then, without pickling it, and sends back only its
+(small, picklable) result. Nothing a child does reaches the parent except that result, so a tune
+decides exactly what it decides without children; `workers()` says how many processes a tune uses
+(1: no child at all).
+
+A child that fails for any reason (an exception, a signal, a result that does not pickle) makes
+`result()` raise `ChildFailed`; the callers then compute the same thing themselves. `cancel()`
+(or the parent's exit) never leaves a child running: the child also ends when its parent does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pickle
+import signal
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ChildFailed(RuntimeError):
+    """The forked child gave no result (it raised, was killed, or its result did not pickle)."""
+
+
+def workers(requested: int | None = None) -> int:
+    """Processes a tune may use: `requested` if given, else `AXON_CPUS`, else the CPUs this
+    process may run on, capped at 2 (a trial has at most two independent pieces). 1 where the
+    system cannot fork."""
+    if not hasattr(os, "fork"):
+        return 1
+    if requested is None:
+        env = os.environ.get("AXON_CPUS", "").strip()
+        requested = int(env) if env.isdigit() else min(2, len(os.sched_getaffinity(0)))
+    return max(1, requested)
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGKILL when the parent exits (a killed tune leaves no child)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+class Forked(Generic[T]):
+    """`fn()` computed in a forked child; `result()` waits for it."""
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        read, write = os.pipe()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: compute, send, and leave without running any of the parent's exit code
+            code = 1
+            try:
+                os.close(read)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+                _die_with_parent()
+                if os.getppid() != parent:  # the parent ended before the line above took effect
+                    os._exit(1)
+                payload = pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write, "wb") as out:
+                    out.write(payload)
+                code = 0
+            except BaseException:  # noqa: BLE001 - any failure is the parent's ChildFailed
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(write)
+        self.pid: int | None = pid
+        self._read = read
+
+    def result(self) -> T:
+        """The child's result (waiting for it); ChildFailed if it has none."""
+        if self.pid is None:
+            raise ChildFailed("the child was cancelled or already collected")
+        try:
+            with os.fdopen(self._read, "rb") as pipe:
+                data = pipe.read()
+            _, status = os.waitpid(self.pid, 0)
+        except BaseException:
+            self.cancel()
+            raise
+        self.pid = None
+        if status != 0 or not data:
+            raise ChildFailed(f"forked child ended with status {status}")
+        try:
+            return pickle.loads(data)
+        except Exception as exc:  # noqa: BLE001 - a torn result is a failed child
+            raise ChildFailed(f"forked child's result does not unpickle: {exc}") from None
+
+    def cancel(self) -> None:
+        """Stop the child, if it still runs, and collect it."""
+        if self.pid is None:
+            return
+        pid, self.pid = self.pid, None
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        try:
+            os.close(self._read)
+        except OSError:
+            pass
+
+
+def in_parallel(mine: Callable[[], T], theirs: Callable[[], Any], n_workers: int) -> tuple[T, Any]:
+    """`(mine(), theirs())`, `theirs` in a forked child while this process computes `mine` (both
+    here, one after the other, with one worker or when the child fails)."""
+    if n_workers < 2:
+        return mine(), theirs()
+    child = Forked(theirs)
+    try:
+        got = mine()
+    except BaseException:
+        child.cancel()
+        raise
+    try:
+        return got, child.result()
+    except ChildFailed:
+        return got, theirs()
+
+
+class Ahead(Generic[T]):
+    """`make()`, started now in a forked child when there are two workers; `result()` is the child's,
+    or `make()` computed here then (with one worker, or if the child failed)."""
+
+    def __init__(self, make: Callable[[], T], n_workers: int) -> None:
+        self.make = make
+        self.child = Forked(make) if n_workers > 1 else None
+
+    def result(self) -> T:
+        child, self.child = self.child, None
+        if child is not None:
+            try:
+                return child.result()
+            except ChildFailed:
+                pass
+        return self.make()
+
+    def cancel(self) -> None:
+        child, self.child = self.child, None
+        if child is not None:
+            child.cancel()
