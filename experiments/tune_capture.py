@@ -102,10 +102,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="attention")
     ap.add_argument("--trials", type=int, default=24)
-    ap.add_argument("--workers", type=int, default=None, help="processes the tune may use (default: up to 2 CPUs)")
+    ap.add_argument("--cpus", type=int, default=None, help="processes the tune may use (default: up to 2 CPUs)")
     ap.add_argument("--json", default=None, help="also write everything recorded to this file")
     args = ap.parse_args()
-    got = capture(args.workload, args.trials, args.workers)
+    got = capture(args.workload, args.trials, args.cpus)
     # the candidates lowered in this process: with two workers, half of each pool is lowered by a
     # forked child, so this list is not part of the decisions (the trials, measurements and result are)
     print("lowered here", len(got["lowered"]), _h(got["lowered"]))
