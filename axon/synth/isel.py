@@ -314,59 +314,61 @@ def synthesize_instructions(
     >>> len(alts) >= 2 and alts[0].steps[0].opcode
     'scalar_tensor_tensor'
     """
-    kinds = _kinds(group)
-    g = group.graph
-    acts = tuple(
-        sorted(
-            {_IR_TO_ACT[g.nodes[n].op] for n in group.nodes if g.nodes[n].op in _IR_TO_ACT}
-            | {"exp", "square", "rsqrt", "reciprocal"}
-            # a group with exp may be a logistic form, one ScalarE instruction (x / (1 + exp(-x)) = silu(x))
-            | ({"sigmoid", "silu"} if any(g.nodes[n].op == "exp" for n in group.nodes) else set())
+    # the numeric checks run candidates on random values: NaN and overflow are outcomes they compare, not news
+    with np.errstate(all="ignore"):
+        kinds = _kinds(group)
+        g = group.graph
+        acts = tuple(
+            sorted(
+                {_IR_TO_ACT[g.nodes[n].op] for n in group.nodes if g.nodes[n].op in _IR_TO_ACT}
+                | {"exp", "square", "rsqrt", "reciprocal"}
+                # a group with exp may be a logistic form, one ScalarE instruction (x / (1 + exp(-x)) = silu(x))
+                | ({"sigmoid", "silu"} if any(g.nodes[n].op == "exp" for n in group.nodes) else set())
+            )
         )
-    )
-    checker = _Checker(group)
-    checker.max_checks = max_checks  # a bounded search: what is found within the budget is offered
-    internal = [n for n in group.nodes if n != group.sink]
-    results: list[tuple[int, tuple[Step, ...]]] = []
-    memo: dict[tuple, list[list[Step]]] = {}  # a piece recurs in many cuts: search it once
-    first = None  # the fewest cuts that gave a sequence
-    for r in range(0, min(len(internal), max_instructions - 1) + 1):
-        if first is not None and r > max(2, first + 1):
-            break  # more cuts only give longer sequences
-        for cut in itertools.combinations(internal, r):
-            pieces = _tree_pieces(group, frozenset(cut))
-            if any(p.root not in group.nodes or len(p.members) > MAX_PIECE_OPS for p in pieces):
-                continue
-            env = dict(checker.env)
-            for p in pieces:  # pieces are in node order: a cut's value is known before its users
-                env[p.root] = _node_value(checker.np, g, p.root, env)
-            per = []
-            for p in pieces:
-                key = (p.root, p.inputs, p.members)
-                if key not in memo:
-                    red = group.reduce if p.root == group.sink else None
-                    memo[key] = _piece_solutions(p, checker, kinds, acts, red, env, per_piece)
-                if not memo[key]:
-                    break
-                per.append((p, memo[key]))
-            else:
-                for combo in itertools.islice(itertools.product(*(s for _, s in per)), 4 * max_alternatives):
-                    seq = _link([p for p, _ in per], list(combo))
-                    if len(seq) <= max_instructions:
-                        results.append((len(seq), tuple(seq)))
-                        first = r if first is None else first
-    seen, out = set(), []
-    for _, steps in sorted(results, key=lambda t: (t[0], engine_cost(t[1]), sum(len(s.args) for s in t[1]))):
-        if steps not in seen:
-            seen.add(steps)
-            out.append(Alternative(steps, "z3: unsat (equal for all reals, divisors nonzero)"))
-    # the fewest instructions first; then, beyond them, the sequences that best share the work between
-    # VectorE and ScalarE (an elementwise kernel is bound by its busiest engine, not its instruction count)
-    shortest = out[:max_alternatives]
-    balanced = sorted(out[max_alternatives:], key=lambda a: (balance_cost(a.steps), len(a.steps)))
-    best = balance_cost(shortest[0].steps) if shortest else 0.0
-    offered = shortest + [a for a in balanced[:extra_balanced] if balance_cost(a.steps) < best]
-    return offered + scalar_twin(out, offered, kinds, best)
+        checker = _Checker(group)
+        checker.max_checks = max_checks  # a bounded search: what is found within the budget is offered
+        internal = [n for n in group.nodes if n != group.sink]
+        results: list[tuple[int, tuple[Step, ...]]] = []
+        memo: dict[tuple, list[list[Step]]] = {}  # a piece recurs in many cuts: search it once
+        first = None  # the fewest cuts that gave a sequence
+        for r in range(0, min(len(internal), max_instructions - 1) + 1):
+            if first is not None and r > max(2, first + 1):
+                break  # more cuts only give longer sequences
+            for cut in itertools.combinations(internal, r):
+                pieces = _tree_pieces(group, frozenset(cut))
+                if any(p.root not in group.nodes or len(p.members) > MAX_PIECE_OPS for p in pieces):
+                    continue
+                env = dict(checker.env)
+                for p in pieces:  # pieces are in node order: a cut's value is known before its users
+                    env[p.root] = _node_value(checker.np, g, p.root, env)
+                per = []
+                for p in pieces:
+                    key = (p.root, p.inputs, p.members)
+                    if key not in memo:
+                        red = group.reduce if p.root == group.sink else None
+                        memo[key] = _piece_solutions(p, checker, kinds, acts, red, env, per_piece)
+                    if not memo[key]:
+                        break
+                    per.append((p, memo[key]))
+                else:
+                    for combo in itertools.islice(itertools.product(*(s for _, s in per)), 4 * max_alternatives):
+                        seq = _link([p for p, _ in per], list(combo))
+                        if len(seq) <= max_instructions:
+                            results.append((len(seq), tuple(seq)))
+                            first = r if first is None else first
+        seen, out = set(), []
+        for _, steps in sorted(results, key=lambda t: (t[0], engine_cost(t[1]), sum(len(s.args) for s in t[1]))):
+            if steps not in seen:
+                seen.add(steps)
+                out.append(Alternative(steps, "z3: unsat (equal for all reals, divisors nonzero)"))
+        # the fewest instructions first; then, beyond them, the sequences that best share the work between
+        # VectorE and ScalarE (an elementwise kernel is bound by its busiest engine, not its instruction count)
+        shortest = out[:max_alternatives]
+        balanced = sorted(out[max_alternatives:], key=lambda a: (balance_cost(a.steps), len(a.steps)))
+        best = balance_cost(shortest[0].steps) if shortest else 0.0
+        offered = shortest + [a for a in balanced[:extra_balanced] if balance_cost(a.steps) < best]
+        return offered + scalar_twin(out, offered, kinds, best)
 
 
 def _link(pieces: list[_Piece], sols: list[list[Step]]) -> list[Step]:
