@@ -150,6 +150,14 @@ class Ahead(Generic[T]):
                 pass
         return self.make()
 
+    def from_child(self) -> T | None:
+        """The child's result, or None (no child, or it failed): nothing is computed here."""
+        child, self.child = self.child, None
+        try:
+            return child.result() if child is not None else None
+        except ChildFailed:
+            return None
+
     def cancel(self) -> None:
         child, self.child = self.child, None
         if child is not None:

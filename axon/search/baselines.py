@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from axon.forked import Ahead
 from axon.ir import Graph
 from axon.lower import expert
 from axon.measure.backend import Backend
@@ -11,6 +12,8 @@ from axon.measure.stores import Records
 from axon.search.problem import LoweredProblem
 from axon.search.tuner import measured_fields, new_record
 from axon.target import HardwareSpec
+
+Kernel = tuple[str, str, tuple[tuple[str, tuple[int, ...], str], ...]]  # source, kernel name, inputs
 
 
 def baseline_latency(
@@ -30,8 +33,8 @@ def baseline_latency(
     return known.latency_ns
 
 
-def expert_latency(workload: str, graph: Graph, hw: HardwareSpec, backend: Backend) -> float | None:
-    """The hand-written expert kernel of this workload, if there is one, on the same backend.
+def expert_kernel(workload: str, graph: Graph) -> Kernel | None:
+    """The hand-written expert kernel of this workload, if there is one: (source, name, inputs).
 
     Expert kernels are written in float32 for the workload's own input order (tests/lower checks
     their numbers); a workload without one, or a dtype they do not take, has no expert figure.
@@ -39,4 +42,39 @@ def expert_latency(workload: str, graph: Graph, hw: HardwareSpec, backend: Backe
     if workload not in expert.KERNELS or graph.inputs[0].type.dtype != "float32":
         return None
     inputs = tuple((n.attr("name"), graph.concrete_shape(n.id), n.type.dtype) for n in graph.inputs)
-    return backend.measure(expert.source(workload), workload, inputs, hw).latency_ns
+    return expert.source(workload), workload, inputs
+
+
+def expert_latency(workload: str, graph: Graph, hw: HardwareSpec, backend: Backend) -> float | None:
+    """The expert kernel's latency (`expert_kernel`) on the same backend, or None."""
+    kernel = expert_kernel(workload, graph)
+    return None if kernel is None else backend.measure(*kernel, hw).latency_ns
+
+
+def baselines_ahead(problem: LoweredProblem, backend: Any, workload: str, n_workers: int) -> Ahead[list] | None:
+    """The unfused and expert baselines measured by a forked child during the search (two workers and
+    a backend that can `remember`), so that `baseline_latency`/`expert_latency` find them done when
+    the search ends (`keep_baselines`); None otherwise."""
+    if n_workers < 2 or not hasattr(backend, "remember"):
+        return None
+    point = problem.unfused_point(0)
+    kernels: list[Kernel] = []
+    if problem.validate(point) is None:
+        cand = problem.build(point)
+        kernels.append((cand.source, cand.kernel, cand.inputs))
+    own = expert_kernel(workload, problem.graph)
+    kernels += [own] if own is not None else []
+
+    def measure() -> list:
+        backend.workers = 1  # this child's own copy: no grandchild
+        return [(k, backend.measure(*k, problem.hw)) for k in kernels]
+
+    return Ahead(measure, n_workers)
+
+
+def keep_baselines(ahead: Ahead[list] | None, backend: Any, hw: HardwareSpec) -> None:
+    """Give the backend what `baselines_ahead` measured (nothing if the child failed: measured then)."""
+    if ahead is None:
+        return
+    for (source, kernel, inputs), m in ahead.from_child() or []:
+        backend.remember(source, kernel, inputs, hw, m)

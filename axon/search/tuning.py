@@ -12,7 +12,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from axon.ir import flops, min_bytes
 from axon.measure.backend import get_backend
 from axon.measure.events import Callback, OnTrial, TrialLog
 from axon.measure.stores import open_records, records_location
-from axon.search.baselines import baseline_latency, expert_latency
+from axon.search.baselines import baseline_latency, baselines_ahead, expert_latency, keep_baselines
 from axon.search.checks import adversarial_check, numerics_check
 from axon.search.guards import kernel_out_path, preflight, trace_instructions
 from axon.search.problem import LoweredProblem
@@ -110,11 +110,13 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = ()) -> TuneReport
             f"tune() takes a TuneRequest (TuneRequest.make({request!r}, ...)), not {type(request).__name__}"
         )
     # the collector walks the setup's heap and each trial's survivors once (`axon.gcpause`)
-    with quiet_optuna(), gc_frozen() as settle:
-        return _tune(request, list(callbacks), settle)
+    with quiet_optuna(), gc_frozen() as settle, ExitStack() as cleanup:
+        return _tune(request, list(callbacks), settle, cleanup)
 
 
-def _tune(request: TuneRequest, callbacks: list[Callback], settle: Callable[[], None]) -> TuneReport:
+def _tune(
+    request: TuneRequest, callbacks: list[Callback], settle: Callable[[], None], cleanup: ExitStack
+) -> TuneReport:
     r, workdir = request, request.workdir
     w, graph = preflight(r)
     kernels = workdir.kernel_cache
@@ -124,6 +126,10 @@ def _tune(request: TuneRequest, callbacks: list[Callback], settle: Callable[[], 
     fp_rejected: list[Any] = []
     variants = verified_variants(graph, r.depth, rejected=fp_rejected)
     problem = LoweredProblem(w.name, graph, r.hw, variants, r.dtype, workers=n_workers)
+    # the baselines, measured by a forked child while the search runs (two workers); stopped if the run stops
+    early = baselines_ahead(problem, meter, w.name, n_workers)
+    if early is not None:
+        cleanup.callback(early.cancel)
     model = load_cost_model(r.cost_model, r.seed, r.tracking_uri, hw=r.hw.name, warn=lambda m: warn(callbacks, m))
     db = open_records(records_location(r.records, r.storage, workdir.records))
     config = TuneConfig(
@@ -186,6 +192,7 @@ def _tune(request: TuneRequest, callbacks: list[Callback], settle: Callable[[], 
             timeline = best_timeline(problem.build(best_point), r, kernels, graph, run.run_id, n_workers)
         try:
             cand, numerics, adversarial, kernel_path = checked_kernel(best_point)
+            keep_baselines(early, meter, r.hw)
             unfused = baseline_latency(problem, meter, db, problem.unfused_point(0), "unfused")
             expert = expert_latency(w.name, graph, r.hw, meter)
             variant = problem.variants[int(best_point.get("variant", 0))]
