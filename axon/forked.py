@@ -18,7 +18,9 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import select
 import signal
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -78,18 +80,29 @@ class Forked(Generic[T]):
         self.pid: int | None = pid
         self._read = read
 
-    def result(self) -> T:
-        """The child's result (waiting for it); ChildFailed if it has none."""
+    def result(self, timeout: float | None = None) -> T:
+        """The child's result (waiting for it, at most `timeout` seconds); ChildFailed if it has none
+        by then (the child is stopped: a child that hangs never hangs the tune)."""
         if self.pid is None:
             raise ChildFailed("the child was cancelled or already collected")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        chunks = []
         try:
-            with os.fdopen(self._read, "rb") as pipe:
-                data = pipe.read()
+            while True:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not select.select([self._read], [], [], wait)[0]:
+                    raise ChildFailed(f"forked child gave no result in {timeout:.0f} s")
+                chunk = os.read(self._read, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            os.close(self._read)
             _, status = os.waitpid(self.pid, 0)
         except BaseException:
             self.cancel()
             raise
         self.pid = None
+        data = b"".join(chunks)
         if status != 0 or not data:
             raise ChildFailed(f"forked child ended with status {status}")
         try:
@@ -122,13 +135,14 @@ def in_parallel(mine: Callable[[], T], theirs: Callable[[], Any], n_workers: int
     if n_workers < 2:
         return mine(), theirs()
     child = Forked(theirs)
+    start = time.monotonic()
     try:
         got = mine()
     except BaseException:
         child.cancel()
         raise
-    try:
-        return got, child.result()
+    try:  # the halves are alike: a child far slower than this process is stuck, not busy
+        return got, child.result(timeout=max(60.0, 10 * (time.monotonic() - start)))
     except ChildFailed:
         return got, theirs()
 
@@ -137,15 +151,15 @@ class Ahead(Generic[T]):
     """`make()`, started now in a forked child when there are two workers; `result()` is the child's,
     or `make()` computed here then (with one worker, or if the child failed)."""
 
-    def __init__(self, make: Callable[[], T], n_workers: int) -> None:
-        self.make = make
+    def __init__(self, make: Callable[[], T], n_workers: int, timeout: float = 900.0) -> None:
+        self.make, self.timeout = make, timeout
         self.child = Forked(make) if n_workers > 1 else None
 
     def result(self) -> T:
         child, self.child = self.child, None
         if child is not None:
             try:
-                return child.result()
+                return child.result(self.timeout)
             except ChildFailed:
                 pass
         return self.make()
@@ -154,7 +168,7 @@ class Ahead(Generic[T]):
         """The child's result, or None (no child, or it failed): nothing is computed here."""
         child, self.child = self.child, None
         try:
-            return child.result() if child is not None else None
+            return child.result(self.timeout) if child is not None else None
         except ChildFailed:
             return None
 

@@ -60,3 +60,14 @@ def test_workers_takes_the_request_then_the_environment_then_the_cpus(monkeypatc
     assert workers() == 1
     monkeypatch.delenv("AXON_CPUS")
     assert 1 <= workers() <= 2
+
+
+def test_a_child_that_gives_nothing_in_time_is_stopped_and_failed():
+    child = Forked(lambda: time.sleep(60))
+    pid = child.pid
+    start = time.perf_counter()
+    with pytest.raises(ChildFailed, match="no result in 1 s"):
+        child.result(timeout=1)
+    assert time.perf_counter() - start < 5
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)

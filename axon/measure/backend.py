@@ -211,6 +211,7 @@ class SimBackend:
         if self.workers < 2:
             return run_a(), run_b()
         child = Forked(run_a)
+        start = time.perf_counter()
         try:
             b = run_b()
         except AxonError:
@@ -221,7 +222,7 @@ class SimBackend:
             child.cancel()
             raise
         try:
-            return child.result(), b
+            return child.result(timeout=max(60.0, 10 * (time.perf_counter() - start))), b  # run a is the shorter
         except ChildFailed:
             return run_a(), b
 

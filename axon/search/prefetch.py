@@ -49,7 +49,7 @@ class Prefetch:
         pending, self._pending = self._pending, None
         if pending is not None:
             try:
-                self._keep(pending.result())
+                self._keep(pending.result(timeout=300))
             except ChildFailed:
                 pass  # computed here when asked for
 
