@@ -165,16 +165,14 @@ class CostModelSampler(BaseSampler):
         startup = len(done) < self.n_startup and not self.model.pretrained  # a pretrained model needs no warm-up
         use_model = self.model.is_trained and not startup
         explore = self._rng.random() < self.epsilon or not (use_model or self.prior)
-        try:
-            if not explore:
-                with gc_paused():  # lowering the pool makes hundreds of thousands of objects (`axon.gcpause`)
-                    best = self._best(seen, done, use_model)
-                if best is not None:
-                    return best
-            fallback = self._random_valid(seen)
-            return fallback if fallback is not None else {}
-        finally:
-            self._look_ahead()
+        best = None
+        if not explore:
+            with gc_paused():  # lowering the pool makes hundreds of thousands of objects (`axon.gcpause`)
+                best = self._best(seen, done, use_model)
+        if best is None:
+            best = self._random_valid(seen) or {}
+        self._look_ahead()
+        return best
 
     def _look_ahead(self) -> None:
         """Let a space that can (`prepare_async`) lower the next ask's random points while this trial
