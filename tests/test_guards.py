@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -157,7 +158,22 @@ def test_seconds_zero_says_no_trial_ran(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path):
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.parametrize("cpus", ["1", "2"])
+def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus):
+    """Also with a tune's second process (`axon.forked`): its forked children are gone with it."""
     work = tmp_path / "w"
     proc = subprocess.Popen(
         [
@@ -174,6 +190,8 @@ def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path):
             str(work),
             "--no-track",
             "--quiet",
+            "--cpus",
+            cpus,
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -191,6 +209,12 @@ def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path):
                         break
             except sqlite3.OperationalError:  # not created yet, or its table not yet
                 pass
+        children = set()
+        for _ in range(200):  # a moment when a forked child is at work, if the tune has any
+            children |= _children(proc.pid)
+            if children or cpus == "1":
+                break
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         try:
             out, err = proc.communicate(timeout=120)
@@ -202,6 +226,9 @@ def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
+    assert (cpus == "2") == bool(children)
+    time.sleep(0.5)
+    assert not [c for c in children if Path(f"/proc/{c}").exists()], "a forked child outlived the tune"
     match = re.search(r"interrupted; best so far [\d,.]+ us, kernel: (\S+)", err)
     assert match, err[-2000:]
     kernel = match.group(1)
