@@ -32,6 +32,7 @@ class Prefetch:
         self.compute, self.known, self.workers = compute, known, workers
         self.kept: dict[str, Verdict] = {}
         self._pending: Forked[list[tuple[str, Verdict]]] | None = None
+        self._pending_keys: frozenset[str] = frozenset()  # what that child computes
 
     def get(self, key: str) -> Verdict | None:
         return self.kept.get(key)
@@ -46,7 +47,7 @@ class Prefetch:
 
     def collect(self) -> None:
         """Keep what the child started by `prepare_async` computed (waiting for it)."""
-        pending, self._pending = self._pending, None
+        pending, self._pending, self._pending_keys = self._pending, None, frozenset()
         if pending is not None:
             try:
                 self._keep(pending.result(timeout=300))
@@ -54,22 +55,27 @@ class Prefetch:
                 pass  # computed here when asked for
 
     def cancel(self) -> None:
-        pending, self._pending = self._pending, None
+        pending, self._pending, self._pending_keys = self._pending, None, frozenset()
         if pending is not None:
             pending.cancel()
 
     def prepare(self, keys: Iterable[str]) -> None:
-        """Have every key's verdict ready: the ones not yet computed split between this process and a child."""
-        self.collect()
+        """Have every key's verdict ready: those neither done nor being done by the `prepare_async`
+        child split between this process and a new child, then both children's kept."""
         if self.workers < 2:
             return
-        todo = self._todo(keys)
+        todo = [k for k in self._todo(keys) if k not in self._pending_keys]
         if len(todo) < _MIN_SPLIT:
+            self.collect()
             return
         mine, theirs = todo[::2], todo[1::2]
-        _, got = in_parallel(
-            lambda: [self.compute(k) for k in mine], lambda: [(k, self.compute(k)) for k in theirs], self.workers
-        )
+
+        def here() -> None:
+            for k in mine:
+                self.compute(k)
+            self.collect()
+
+        _, got = in_parallel(here, lambda: [(k, self.compute(k)) for k in theirs], self.workers)
         self._keep(got)
 
     def prepare_async(self, keys: Iterable[str]) -> None:
@@ -80,6 +86,7 @@ class Prefetch:
         todo = self._todo(keys)
         if todo:
             self._pending = Forked(lambda: [(k, self.compute(k)) for k in todo])
+            self._pending_keys = frozenset(todo)
 
 
 def verdict_of(program: Any, features: Callable[[], Mapping[str, float]]) -> Verdict:
