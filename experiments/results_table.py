@@ -77,7 +77,14 @@ from axon.workdir import Workdir  # noqa: E402
 from axon.workloads import Workload, all_workloads, get  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-TIMING_SOURCES = ("axon/nki", "axon/sim", "axon/target", "axon/measure/backend.py", "axon/measure/prefix.py")
+TIMING_SOURCES = (
+    "axon/nki",
+    "axon/sim",
+    "axon/target",
+    "axon/measure/backend.py",
+    "axon/measure/prefix.py",
+    "axon/measure/extrapolate.py",
+)
 
 
 class Original:
