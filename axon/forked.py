@@ -21,7 +21,7 @@ import pickle
 import select
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -53,32 +53,52 @@ def _die_with_parent() -> None:
         pass
 
 
+def _spawn(send: Callable[[Any], None]) -> tuple[int, int]:
+    """Fork a child that calls `send(pipe)` (a binary file it writes its result to) and leaves
+    without running any of the parent's exit code; returns (pid, the read end of the pipe)."""
+    read, write = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+            _die_with_parent()
+            if os.getppid() != parent:  # the parent ended before the line above took effect
+                os._exit(1)
+            with os.fdopen(write, "wb") as out:
+                send(out)
+            code = 0
+        except BaseException:  # noqa: BLE001 - any failure is the parent's ChildFailed
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def _stop(pid: int, read: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    try:
+        os.close(read)
+    except OSError:
+        pass
+
+
 class Forked(Generic[T]):
     """`fn()` computed in a forked child; `result()` waits for it."""
 
     def __init__(self, fn: Callable[[], T]) -> None:
-        read, write = os.pipe()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the child: compute, send, and leave without running any of the parent's exit code
-            code = 1
-            try:
-                os.close(read)
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-                _die_with_parent()
-                if os.getppid() != parent:  # the parent ended before the line above took effect
-                    os._exit(1)
-                payload = pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)
-                with os.fdopen(write, "wb") as out:
-                    out.write(payload)
-                code = 0
-            except BaseException:  # noqa: BLE001 - any failure is the parent's ChildFailed
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(write)
+        pid, self._read = _spawn(lambda out: out.write(pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)))
         self.pid: int | None = pid
-        self._read = read
 
     def result(self, timeout: float | None = None) -> T:
         """The child's result (waiting for it, at most `timeout` seconds); ChildFailed if it has none
@@ -112,39 +132,48 @@ class Forked(Generic[T]):
 
     def cancel(self) -> None:
         """Stop the child, if it still runs, and collect it."""
+        if self.pid is not None:
+            pid, self.pid = self.pid, None
+            _stop(pid, self._read)
+
+
+class Stream(Generic[T]):
+    """The items of `fn()` (an iterable), computed in a forked child and sent one by one as each is
+    ready; `poll()` takes those that arrived, without waiting."""
+
+    def __init__(self, fn: Callable[[], Iterable[T]]) -> None:
+        def send(out: Any) -> None:
+            for item in fn():
+                data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+                out.write(len(data).to_bytes(8, "little") + data)
+                out.flush()
+
+        self.pid: int | None
+        self.pid, self._read = _spawn(send)
+        self._buf = b""
+        self.ended = False  # the child sent everything it will send (or died)
+
+    def poll(self) -> list[T]:
+        """The items that arrived since the last call (none if the child was stopped)."""
         if self.pid is None:
-            return
-        pid, self.pid = self.pid, None
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
-        try:
-            os.close(self._read)
-        except OSError:
-            pass
+            return []
+        while not self.ended and select.select([self._read], [], [], 0)[0]:
+            chunk = os.read(self._read, 1 << 20)
+            self._buf += chunk
+            self.ended = not chunk
+        items = []
+        while len(self._buf) >= 8:
+            size = int.from_bytes(self._buf[:8], "little")
+            if len(self._buf) < 8 + size:
+                break
+            items.append(pickle.loads(self._buf[8 : 8 + size]))
+            self._buf = self._buf[8 + size :]
+        return items
 
-
-def in_parallel(mine: Callable[[], T], theirs: Callable[[], Any], n_workers: int) -> tuple[T, Any]:
-    """`(mine(), theirs())`, `theirs` in a forked child while this process computes `mine` (both
-    here, one after the other, with one worker or when the child fails)."""
-    if n_workers < 2:
-        return mine(), theirs()
-    child = Forked(theirs)
-    start = time.monotonic()
-    try:
-        got = mine()
-    except BaseException:
-        child.cancel()
-        raise
-    try:  # the halves are alike: a child far slower than this process is stuck, not busy
-        return got, child.result(timeout=max(60.0, 10 * (time.monotonic() - start)))
-    except ChildFailed:
-        return got, theirs()
+    def cancel(self) -> None:
+        if self.pid is not None:
+            pid, self.pid = self.pid, None
+            _stop(pid, self._read)
 
 
 class Ahead(Generic[T]):

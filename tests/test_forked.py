@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from axon.forked import ChildFailed, Forked, in_parallel, workers
+from axon.forked import Ahead, ChildFailed, Forked, Stream, workers
 
 
 def test_the_result_is_computed_in_another_process_that_sees_this_ones_state():
@@ -41,7 +41,7 @@ def test_cancel_kills_and_collects_a_running_child():
         os.waitpid(pid, os.WNOHANG)
 
 
-def test_in_parallel_computes_in_this_process_what_the_child_could_not():
+def test_ahead_computes_here_what_the_child_could_not():
     parent = os.getpid()
 
     def only_here():
@@ -49,9 +49,10 @@ def test_in_parallel_computes_in_this_process_what_the_child_could_not():
             raise RuntimeError("not in a child")
         return "here"
 
-    assert in_parallel(lambda: 1, only_here, 2) == (1, "here")
-    assert in_parallel(lambda: 1, lambda: os.getpid() != parent, 2) == (1, True)
-    assert in_parallel(lambda: 1, lambda: os.getpid() != parent, 1) == (1, False)  # one worker: no child
+    assert Ahead(only_here, 2).result() == "here"
+    assert Ahead(only_here, 2).from_child() is None
+    assert Ahead(lambda: os.getpid() != parent, 2).result() is True
+    assert Ahead(lambda: os.getpid() != parent, 1).result() is False  # one worker: no child
 
 
 def test_workers_takes_the_request_then_the_environment_then_the_cpus(monkeypatch):
@@ -69,5 +70,23 @@ def test_a_child_that_gives_nothing_in_time_is_stopped_and_failed():
     with pytest.raises(ChildFailed, match="no result in 1 s"):
         child.result(timeout=1)
     assert time.perf_counter() - start < 5
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_stream_sends_each_item_when_it_is_ready():
+    stream = Stream(lambda: ((i, time.sleep(0.2))[0] for i in range(5)))
+    assert stream.poll() == []  # nothing ready yet, and no waiting for it
+    got = []
+    deadline = time.perf_counter() + 20
+    while not stream.ended and time.perf_counter() < deadline:
+        got += stream.poll()
+        time.sleep(0.05)
+    assert got == [0, 1, 2, 3, 4]
+    stream.cancel()
+    slow = Stream(lambda: (time.sleep(60) for _ in range(3)))
+    pid = slow.pid
+    slow.cancel()
+    assert slow.poll() == []
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)

@@ -162,8 +162,12 @@ class Tuner:
         storage: Any = None,
         model: CostModel | None = None,
         callbacks: Sequence[Callback] = (),
+        before_last: Callable[[Record | None], None] | None = None,
     ) -> None:
+        """`before_last(best so far)` is called before the run's last trial (when the trial budget,
+        not a time budget, ends the run)."""
         self.problem, self.backend, self.db, self.config = problem, backend, db, config
+        self.before_last = before_last
         self.model = model or CostModel(seed=config.seed)
         self.storage = storage
         self.current = CurrentCode(problem)
@@ -292,6 +296,8 @@ class Tuner:
         stale = 0
         # a time budget stops the run after the trial that reaches it, and never before the first trial
         while done < cfg.trials and (cfg.seconds is None or not logs or time.perf_counter() - start < cfg.seconds):
+            if done == cfg.trials - 1 and self.before_last is not None:
+                self.before_last(self.best())
             log = self._trial(study, sampler, dists, best, pinned)
             pinned = False
             if log.latency_ns is not None:

@@ -37,18 +37,20 @@ from axon.search.storage import journal_storage, load_cost_model
 from axon.search.tuner import TuneConfig, Tuner
 from axon.search.variants import verified_variants
 from axon.track import Tracker
-from axon.track.artifacts import TIMELINE_MAX_INSTRUCTIONS, Timeline, log_tuning_artifacts, timeline_files
+from axon.track.artifacts import TIMELINE_MAX_INSTRUCTIONS, log_tuning_artifacts, timeline_data, timeline_files
 from axon.track.callbacks import MlflowMetrics
 
 
-def best_timeline(cand: Any, r: TuneRequest, kernels: Path, graph: Any, run_id: str, n_workers: int) -> Ahead[Timeline]:
-    """The best kernel's timeline files (`timeline_files`), drawn by a forked child with two workers
-    while this process checks the kernel and measures the baselines."""
+def best_timeline(cand: Any, r: TuneRequest, kernels: Path, graph: Any, n_workers: int) -> Ahead[tuple[Any, str]]:
+    """The best kernel's timeline and summary (`timeline_data`: a trace and its simulation), made by a
+    forked child with two workers while this process checks the kernel; drawn here (`timeline_files`)."""
     whole = trace_instructions(graph) * 16 / 3 < TIMELINE_MAX_INSTRUCTIONS
-    plots, stem = r.workdir.plots, f"timeline_{run_id}"
-    return Ahead(
-        lambda: timeline_files(cand.source, cand.kernel, cand.inputs, r.hw, plots, kernels, whole, stem), n_workers
-    )
+    return Ahead(lambda: timeline_data(cand.source, cand.kernel, cand.inputs, r.hw, kernels, whole), n_workers)
+
+
+def cancel_all(children: dict[str, Ahead[Any]]) -> None:
+    for child in children.values():
+        child.cancel()
 
 
 class TuneInterrupted(KeyboardInterrupt):
@@ -154,6 +156,17 @@ def _tune(
 
     def run_with(run: Any) -> TuneReport:
         own: list[Callback] = [MlflowMetrics(run)] if run is not None else []
+        early_timeline: dict[str, Ahead[tuple[Any, str]]] = {}
+        cleanup.callback(cancel_all, early_timeline)
+
+        def before_last(best: Any) -> None:
+            # the last ask has no next one to lower ahead for; its trial rarely changes the best, whose
+            # timeline a forked child starts drawing now (dropped if the best changes)
+            problem.prefetch.look_ahead = False
+            if run is not None and best is not None and n_workers > 1:
+                cand = problem.build(dict(best.point))
+                early_timeline[cand.kernel_hash] = best_timeline(cand, r, kernels, graph, n_workers)
+
         tuner = Tuner(
             problem,
             meter,
@@ -162,6 +175,7 @@ def _tune(
             storage,
             model,
             [*own, *callbacks, OnTrial(lambda _: settle())],
+            before_last,
         )
         try:
             result = tuner.run()
@@ -189,7 +203,9 @@ def _tune(
         # the best kernel's timeline, drawn by a forked child (two workers) while the kernel is checked
         timeline = None
         if run is not None:
-            timeline = best_timeline(problem.build(best_point), r, kernels, graph, run.run_id, n_workers)
+            cand = problem.build(best_point)
+            timeline = early_timeline.pop(cand.kernel_hash, None) or best_timeline(cand, r, kernels, graph, n_workers)
+        cancel_all(early_timeline)
         try:
             cand, numerics, adversarial, kernel_path = checked_kernel(best_point)
             keep_baselines(early, meter, r.hw)
@@ -234,7 +250,7 @@ def _tune(
                     proofs=[{"move": m.name, "proof": str(p)} for m, p in zip(variant.moves, variant.proofs)],
                     importance=booster.get_score(importance_type="gain") if booster is not None else None,
                     plots=workdir.plots,
-                    timeline=timeline.result,
+                    timeline=lambda: timeline_files(*timeline.result(), workdir.plots, f"timeline_{run.run_id}"),
                 )
             return report
         finally:

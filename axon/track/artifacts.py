@@ -34,7 +34,7 @@ def log_tuning_artifacts(
     proofs: list[dict[str, str]],
     importance: dict[str, float] | None,
     plots: Path,
-    timeline: Callable[[], Timeline],
+    timeline: Callable[[], TimelineFiles],
 ) -> None:
     """Log a finished tuning run's artifacts; `report` is its `TuneReport`, `timeline()` gives the best
     kernel's timeline files (`timeline_files`, perhaps made by a forked child while the run was checked)."""
@@ -94,30 +94,30 @@ def convergence_plot(report: Any, logs: Sequence[TrialLog], path: Path) -> Path:
     return path
 
 
-Timeline = tuple[Path, Path, str]  # the PNG Gantt chart, the Perfetto JSON, the summary text
+TimelineFiles = tuple[Path, Path, str]  # the PNG Gantt chart, the Perfetto JSON, the summary text
 
 
-def timeline_files(
+def timeline_data(
     source: str,
     kernel: str,
     inputs: Sequence[tuple[str, tuple[int, ...], str]],
     hw: HardwareSpec,
-    folder: Path,
     kernels: Path,
     whole: bool,
-    stem: str,
-) -> Timeline:
-    """The kernel's engine timeline from the simulator, as FOLDER/STEM.png (Gantt chart) and
-    FOLDER/STEM.json (Perfetto), and its summary; the first TIMELINE_TRIPS iterations of each
-    top-level loop unless `whole`."""
+) -> tuple[sim.Timeline, str]:
+    """The kernel's engine timeline from the simulator and its summary; the first TIMELINE_TRIPS
+    iterations of each top-level loop unless `whole`."""
     fn = nki.load_kernel(f"{write_kernel(source, kernels)}:{kernel}")
     limit = None if whole else (lambda trips: min(trips, TIMELINE_TRIPS))
     with gc_paused():  # a whole trace: hundreds of thousands of small objects (see `axon.gcpause`)
         timing = sim.simulate(
             nki.trace(fn, *[(shape, dtype) for _, shape, dtype in inputs], hw=hw, loop_limit=limit), hw
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    png = timing.timeline.to_png(folder / f"{stem}.png")
-    perfetto = timing.timeline.to_perfetto(folder / f"{stem}.json")
     note = "" if whole else f"(first {TIMELINE_TRIPS} iterations of each top-level loop)\n"
-    return png, perfetto, note + timing.summary()
+    return timing.timeline, note + timing.summary()
+
+
+def timeline_files(timeline: sim.Timeline, summary: str, folder: Path, stem: str) -> TimelineFiles:
+    """FOLDER/STEM.png (Gantt chart) and FOLDER/STEM.json (Perfetto) of `timeline`, and its summary."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return timeline.to_png(folder / f"{stem}.png"), timeline.to_perfetto(folder / f"{stem}.json"), summary

@@ -87,19 +87,17 @@ def test_features_with_costs_kept_across_points_are_those_computed_afresh():
     assert shared > 0
 
 
-def test_a_pool_prepared_with_a_forked_child_validates_and_features_as_one_process_does():
-    """`prepare` lowers half of the pool in a forked child, `prepare_async` all of it while this process
-    goes on; every verdict and feature is then the one a single process computes."""
+def test_points_lowered_ahead_by_a_forked_child_validate_and_feature_as_one_process_does():
+    """`prepare_async` lowers points in a forked child while this process goes on; `prepare` keeps what
+    it sent and lowers the rest here, from the last point back; every verdict and feature is then the
+    one a single process computes."""
     one, two = _problem("rmsnorm_matmul"), _problem("rmsnorm_matmul", workers=2)
     rng = np.random.default_rng(3)
-    pool = [one.sample(rng) for _ in range(40)]
-    later = [one.sample(rng) for _ in range(20)]
-    two.prepare(pool)
+    later = [one.sample(rng) for _ in range(60)]
     two.prepare_async(later)
-    two.prepare([])  # keeps what the pending child computed
-    assert len(two.prefetch.kept) >= 30  # the child's half of the pool and the look-ahead's points
-    assert len(two._lowered_here) < 40
-    for p in pool + later:
+    two.prepare([])
+    assert two.prefetch.kept and len(two._lowered_here) < 60  # both processes lowered some
+    for p in later:
         assert two.validate(p) == one.validate(p)
         assert two.features(p) == one.features(p)
-    assert any(one.validate(p) is not None for p in pool) and any(one.validate(p) is None for p in pool)
+    assert any(one.validate(p) is not None for p in later) and any(one.validate(p) is None for p in later)
