@@ -58,12 +58,16 @@ def _spawn(send: Callable[[Any], None]) -> tuple[int, int]:
     without running any of the parent's exit code; returns (pid, the read end of the pipe)."""
     read, write = os.pipe()
     parent = os.getpid()
+    # Ctrl-C held off across the fork: it must not land in the child before it ignores it, nor in
+    # this process before the caller knows the child (it is stopped here then)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.close(read)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             _die_with_parent()
             if os.getppid() != parent:  # the parent ended before the line above took effect
                 os._exit(1)
@@ -75,6 +79,11 @@ def _spawn(send: Callable[[Any], None]) -> tuple[int, int]:
         finally:
             os._exit(code)
     os.close(write)
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held off is raised here
+    except BaseException:
+        _stop(pid, read)
+        raise
     return pid, read
 
 
