@@ -72,12 +72,6 @@ class Prefetch:
         if pending is not None:
             pending.cancel()
 
-    def prepare(self, keys: Iterable[str]) -> None:
-        """Have the verdicts the look-ahead child computed (`collect`); the other keys are computed
-        here when asked for (splitting them with a second child gained nothing: the look-ahead covers
-        most of a pool)."""
-        self.collect()
-
     def prepare_async(self, keys: Iterable[str]) -> None:
         """Start a child computing these keys' verdicts, each sent as it is done; `collect` (or the next
         `prepare`) keeps them."""

@@ -185,9 +185,13 @@ class LoweredProblem:
         return verdict_of(self._lowered(key), lambda: self._featured(key))
 
     def prepare(self, points: Sequence[Mapping[str, Any]]) -> None:
-        """Lower `points` and compute their features now, split with a forked child when the problem
-        has two workers (`axon.search.prefetch`); `validate` and `features` then answer from that."""
-        self.prefetch.prepare(point_key(p) for p in points)
+        """About to ask for `points`: keep the verdicts the look-ahead child (two workers, started by
+        `prepare_async` at the previous ask) computed, and lower in this process, from the back, the ones
+        it has not reached, until the two meet (`axon.search.prefetch`). Points the child was not given
+        are lowered here when `validate` or `features` asks (a second child splitting them gained nothing:
+        the look-ahead covers most of a pool)."""
+        del points  # the look-ahead child was given its points when it started
+        self.prefetch.collect()
 
     def prepare_async(self, points: Sequence[Mapping[str, Any]]) -> None:
         """Start lowering `points` in a forked child (two workers), kept by the next `prepare`."""
