@@ -102,12 +102,25 @@ def _stop(pid: int, read: int) -> None:
         pass
 
 
-class Forked(Generic[T]):
+class _Child:
+    """A forked child (`_spawn`) writing to a pipe this process reads; `cancel` stops and collects it."""
+
+    def __init__(self, send: Callable[[Any], None]) -> None:
+        self.pid: int | None
+        self.pid, self._read = _spawn(send)
+
+    def cancel(self) -> None:
+        """Stop the child, if it still runs, and collect it."""
+        if self.pid is not None:
+            pid, self.pid = self.pid, None
+            _stop(pid, self._read)
+
+
+class Forked(_Child, Generic[T]):
     """`fn()` computed in a forked child; `result()` waits for it."""
 
     def __init__(self, fn: Callable[[], T]) -> None:
-        pid, self._read = _spawn(lambda out: out.write(pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)))
-        self.pid: int | None = pid
+        super().__init__(lambda out: out.write(pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)))
 
     def result(self, timeout: float | None = None) -> T:
         """The child's result (waiting for it, at most `timeout` seconds); ChildFailed if it has none
@@ -139,14 +152,8 @@ class Forked(Generic[T]):
         except Exception as exc:  # noqa: BLE001 - a torn result is a failed child
             raise ChildFailed(f"forked child's result does not unpickle: {exc}") from None
 
-    def cancel(self) -> None:
-        """Stop the child, if it still runs, and collect it."""
-        if self.pid is not None:
-            pid, self.pid = self.pid, None
-            _stop(pid, self._read)
 
-
-class Stream(Generic[T]):
+class Stream(_Child, Generic[T]):
     """The items of `fn()` (an iterable), computed in a forked child and sent one by one as each is
     ready; `poll()` takes those that arrived, without waiting."""
 
@@ -157,8 +164,7 @@ class Stream(Generic[T]):
                 out.write(len(data).to_bytes(8, "little") + data)
                 out.flush()
 
-        self.pid: int | None
-        self.pid, self._read = _spawn(send)
+        super().__init__(send)
         self._buf = b""
         self.ended = False  # the child sent everything it will send (or died)
 
@@ -178,11 +184,6 @@ class Stream(Generic[T]):
             items.append(pickle.loads(self._buf[8 : 8 + size]))
             self._buf = self._buf[8 + size :]
         return items
-
-    def cancel(self) -> None:
-        if self.pid is not None:
-            pid, self.pid = self.pid, None
-            _stop(pid, self._read)
 
 
 class Ahead(Generic[T]):

@@ -16,6 +16,8 @@ from axon.target import HardwareSpec
 
 Kernel = tuple[str, str, tuple[tuple[str, tuple[int, ...], str], ...]]  # source, kernel name, inputs
 
+_CLAIM_WAIT_S = 600.0  # the longest a worker waits for another's baseline record (a whole simulation: minutes)
+
 
 def baseline_latency(
     problem: LoweredProblem, backend: Backend, db: Records, point: dict[str, Any], label: str
@@ -27,8 +29,12 @@ def baseline_latency(
     cand = problem.build(point)
     known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash)
     # workers sharing the records finish together and want the same baseline: one measures it (its
-    # claim, as a trial's), the others wait for its record
+    # claim, as a trial's), the others wait for its record; not forever: a live worker whose measurement
+    # failed keeps its claim (a sweep worker goes on to its next task), so past the wait it is measured here
+    give_up = time.monotonic() + _CLAIM_WAIT_S
     while known is None and not db.claim(cand.kernel_hash, backend.name, problem.hw.file_hash):
+        if time.monotonic() > give_up:
+            break
         time.sleep(0.2)
         known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash)
     if known is None:

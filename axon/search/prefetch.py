@@ -73,8 +73,7 @@ class Prefetch:
             pending.cancel()
 
     def prepare_async(self, keys: Iterable[str]) -> None:
-        """Start a child computing these keys' verdicts, each sent as it is done; `collect` (or the next
-        `prepare`) keeps them."""
+        """Start a child computing these keys' verdicts, each sent as it is done; `collect` keeps them."""
         self.cancel()
         if self.workers < 2 or not self.look_ahead:
             return
