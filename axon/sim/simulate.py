@@ -36,8 +36,8 @@ The model, and why:
   spills and reloads of tiles that outgrow SBUF are booked in the DMA pool (a spill when the
   evicting instruction is ready; a reload is prefetched into `loop_tile_buffers` rotating buffers,
   each free once the instruction that read the reload it held before has ended).
-  An instruction the kernel left unbound (`AUTO_ENGINE`) runs on VectorE or ScalarE, whichever
-  would finish it first.
+  An instruction the kernel left unbound (`AUTO_ENGINE`) runs on VectorE or ScalarE, where its
+  loop body's work is lighter (`balance.py`).
 - A fixed `launch_overhead_ns` is added to the latency (kernel launch and teardown).
 It deliberately ignores instruction fetch, SBUF bank conflicts and HBM page effects.
 """
@@ -45,14 +45,14 @@ It deliberately ignores instruction fetch, SBUF bank conflicts and HBM page effe
 from __future__ import annotations
 
 from axon.errors import BackendError
+from axon.sim.balance import place_unbound
 from axon.sim.dmaqueue import EngineCalendar
 from axon.sim.memory import RAW, WAW, MemoryState, buffer_slots
 from axon.sim.residency import Residency, replay
 from axon.sim.timing import COMPUTE_ENGINES, Timeline, Timing, critical_path
 from axon.target import costs as C
 from axon.target.hardware import HardwareSpec
-from axon.target.isa import ISA
-from axon.target.trace import AUTO_ENGINE, Instr, Trace
+from axon.target.trace import Instr, Trace
 
 
 def simulate(trace: Trace, hw: HardwareSpec, residency: Residency | None = None) -> Timing:
@@ -135,6 +135,7 @@ def _schedule(
     spill_end: dict[int, float] = {}  # unit id -> when its spilled copy is in HBM
     reloaded_by: dict[str, list[int]] = {}  # engine -> the instructions its reloads were for, in order
     n_buf = hw.memory.loop_tile_buffers
+    placed = place_unbound(trace, hw)
 
     def transfer(ready: float, nbytes: int, parts: int) -> float:
         """Book a compiler-added transfer (spill or reload) in the DMA pool; return its end."""
@@ -149,8 +150,9 @@ def _schedule(
     for i, ins in enumerate(trace.instructions):
         dma = C.is_dma(ins)
         eng = "dma" if dma else ins.engine
-        if AUTO_ENGINE in ins.attrs:  # the compiler's choice: the engine that would finish it first
-            ins, eng = _balance(ins, hw, eng_free, clocks)
+        if i in placed:  # an unbound instruction the compiler moved off its default engine
+            ins = placed[i]
+            eng = ins.engine
         if not dma and eng not in eng_free:
             raise BackendError(
                 f"trace {trace.kernel}: instruction {i} ({ins.opcode}, line {ins.line}) "
@@ -296,32 +298,6 @@ def _schedule(
         critical_path(ends, pred),
     )
     return timing, cut
-
-
-# Engines the Neuron compiler balances an unbound instruction over (it leaves GpSimd alone: the
-# measured kernels keep it ~1% busy).
-_BALANCED = ("vector", "scalar")
-
-
-def _balance(ins: Instr, hw: HardwareSpec, eng_free: dict[str, float], clocks: dict[str, float]) -> tuple[Instr, str]:
-    best, best_end = ins, -1.0
-    for e in _BALANCED:
-        if e not in ISA[ins.opcode].engines:
-            continue
-        cand = ins if e == ins.engine else _on_engine(ins, e)
-        end = eng_free[e] + C.engine_cycles(cand, hw) / clocks[e]
-        if best_end < 0 or end < best_end:
-            best, best_end = cand, end
-    return best, best.engine
-
-
-def _on_engine(ins: Instr, engine: str) -> Instr:
-    """`dataclasses.replace(ins, engine=engine)`, built directly: it runs for most instructions of
-    kernels that leave the engine to the compiler, where `replace` was a few percent of a tune."""
-    return Instr(
-        ins.index, ins.opcode, engine, ins.partitions, ins.free_size, ins.dtype, ins.reads, ins.writes, ins.line,
-        ins.loops, ins.attrs,
-    )  # fmt: skip
 
 
 def _in_pipelined_loop(loops: tuple, pipelined: set[int]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from axon.sim.simulate import _on_engine
+from axon.sim.balance import on_engine as _on_engine
 from axon.target.trace import AUTO_ENGINE, Access, Instr
 
 
