@@ -51,7 +51,7 @@ from axon.sim.residency import Residency, replay
 from axon.sim.timing import COMPUTE_ENGINES, Timeline, Timing, critical_path
 from axon.target import costs as C
 from axon.target.hardware import HardwareSpec
-from axon.target.isa import ISA
+from axon.target.isa import ISA, ISA_LIMITS
 from axon.target.trace import AUTO_ENGINE, Instr, Trace
 
 
@@ -304,15 +304,25 @@ _BALANCED = ("vector", "scalar")
 
 
 def _balance(ins: Instr, hw: HardwareSpec, eng_free: dict[str, float], clocks: dict[str, float]) -> tuple[Instr, str]:
+    """The engine that would finish an unbound instruction first: the one the emulator gave it (an
+    unbound nc_transpose is TensorE's) or VectorE/ScalarE where the instruction can run there (a
+    VectorE transpose only up to 32x32, as the emulator enforces for a bound one)."""
     best, best_end = ins, -1.0
-    for e in _BALANCED:
-        if e not in ISA[ins.opcode].engines:
+    for e in _BALANCED if ins.engine in _BALANCED else (ins.engine, *_BALANCED):
+        if e not in ISA[ins.opcode].engines or not _fits(ins, e):
             continue
         cand = ins if e == ins.engine else _on_engine(ins, e)
         end = eng_free[e] + C.engine_cycles(cand, hw) / clocks[e]
         if best_end < 0 or end < best_end:
             best, best_end = cand, end
     return best, best.engine
+
+
+def _fits(ins: Instr, engine: str) -> bool:
+    """Whether `ins` may move to `engine` within that engine's size limits."""
+    if ins.opcode == "nc_transpose" and engine == "vector":
+        return max(ins.partitions, ins.free_size) <= ISA_LIMITS["vector_transpose_max"]
+    return True
 
 
 def _on_engine(ins: Instr, engine: str) -> Instr:
