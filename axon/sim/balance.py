@@ -4,7 +4,9 @@ The compiler assigns engines before it schedules, knowing the whole instruction 
 instruction goes where its loop body's work is lightest. So the balance here is static and per loop
 nest (the enclosing loops' ids, not their iterations): the work the kernel bound to VectorE and
 ScalarE in that nest is counted first, then each unbound instruction, in program order, goes to the
-engine whose load after taking it is the smaller (a tie keeps the ISA's default engine).
+engine whose load after taking it is the smaller (a tie keeps the ISA's default engine). The
+default engine stays a candidate (an unbound nc_transpose is TensorE's), and an instruction moves
+only where it can run: VectorE transposes at most 32x32, as the emulator enforces for a bound one.
 
 Evidence (`experiments/calibration.py`): NKIBench adamw on trn1 leaves six `tensor_scalar` per
 tile unbound beside five `tensor_tensor` and a reciprocal that only VectorE runs; the profile has
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from axon.target import costs as C
 from axon.target.hardware import HardwareSpec
-from axon.target.isa import ISA
+from axon.target.isa import ISA, ISA_LIMITS
 from axon.target.trace import AUTO_ENGINE, Instr, Trace
 
 # Engines the Neuron compiler balances an unbound instruction over (it leaves GpSimd alone: the
@@ -31,7 +33,7 @@ def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
     unbound = [(i, ins) for i, ins in enumerate(trace.instructions) if AUTO_ENGINE in ins.attrs]
     if not unbound:
         return {}
-    clocks = {e: hw.engines[e].clock_ghz for e in BALANCED}
+    clocks = {e: hw.engines[e].clock_ghz for e in (*BALANCED, "tensor")}
     load: dict[tuple[int, ...], dict[str, float]] = {}
     cost: dict[tuple, float] = {}
 
@@ -44,15 +46,15 @@ def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
 
     for ins in trace.instructions:
         if ins.engine in clocks and AUTO_ENGINE not in ins.attrs:
-            nest = load.setdefault(_nest(ins), {e: 0.0 for e in BALANCED})
+            nest = load.setdefault(_nest(ins), dict.fromkeys(clocks, 0.0))
             nest[ins.engine] += ns(ins)
     moved: dict[int, Instr] = {}
     for i, ins in unbound:
-        nest = load.setdefault(_nest(ins), {e: 0.0 for e in BALANCED})
+        nest = load.setdefault(_nest(ins), dict.fromkeys(clocks, 0.0))
         allowed = ISA[ins.opcode].engines
         best, best_load = ins, -1.0
-        for e in BALANCED:
-            if e not in allowed:
+        for e in BALANCED if ins.engine in BALANCED else (ins.engine, *BALANCED):
+            if e not in allowed or e not in clocks or not _fits(ins, e):
                 continue
             cand = ins if e == ins.engine else on_engine(ins, e)
             after = nest[e] + ns(cand)
@@ -63,6 +65,13 @@ def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
         if best is not ins:
             moved[i] = best
     return moved
+
+
+def _fits(ins: Instr, engine: str) -> bool:
+    """Whether `ins` may move to `engine` within that engine's size limits."""
+    if ins.opcode == "nc_transpose" and engine == "vector":
+        return max(ins.partitions, ins.free_size) <= ISA_LIMITS["vector_transpose_max"]
+    return True
 
 
 def _nest(ins: Instr) -> tuple[int, ...]:

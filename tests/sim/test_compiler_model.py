@@ -221,6 +221,37 @@ def test_unbound_work_goes_where_its_loop_body_is_lighter(trn1):
     assert set(lanes) == {"scalar"}
 
 
+_UNBOUND_TRANSPOSES = """
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.isa as nisa
+
+def k(a):
+    out = nl.ndarray((8, 128, 128), a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    for i in nl.affine_range(8):
+        s = nisa.tensor_copy(nisa.nc_transpose(t[:, nl.ds(i * 128, 128)]), engine=nisa.scalar_engine)
+        nl.store(out[i], value=s)
+    small = nisa.tensor_copy(nisa.nc_transpose(t[0:32, 0:32]), engine=nisa.scalar_engine)
+    return out
+"""
+
+
+def test_an_unbound_transpose_larger_than_32x32_stays_on_tensore(trn1):
+    # the simulator used to move every unbound nc_transpose to VectorE (the first engine it balanced
+    # over), timing a 128x128 fp32 transpose as a 128-element VectorE stream: AWS's attention tutorials
+    # leave their transposes of P unbound, and came out 1.5x fast on trn2
+    trace = axon.nki.trace(axon.nki.load_source(_UNBOUND_TRANSPOSES), ((128, 1024), "float32"), hw=trn1)
+    timing = simulate(trace, trn1)
+    lanes = [lane for ins, lane in zip(trace.instructions, timing.timeline.lane) if ins.opcode == "nc_transpose"]
+    big = [
+        lane
+        for ins, lane in zip(trace.instructions, timing.timeline.lane)
+        if ins.opcode == "nc_transpose" and ins.partitions == 128
+    ]
+    assert len(lanes) == 9 and big == ["tensor"] * 8
+    assert timing.busy_ns["tensor"] >= 8 * 128 * trn1.tensor_engine.fp32_slowdown / trn1.engines["tensor"].clock_ghz
+
+
 def _range_kernel(module: str) -> str:
     return "\n".join(
         [
