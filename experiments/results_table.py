@@ -64,7 +64,8 @@ from corpus import DATA, NKIBENCH  # noqa: E402
 
 from axon.errors import AxonError  # noqa: E402
 from axon.lower import expert  # noqa: E402
-from axon.measure.backend import SimBackend, kernel_hash  # noqa: E402
+from axon.measure import backend as backend_sources  # noqa: E402
+from axon.measure.backend import SimBackend, kernel_hash, timing_version  # noqa: E402
 from axon.measure.records import RecordDB  # noqa: E402
 from axon.search.api import TuneRequest, expert_latency, tune, verified_variants, workload_graph  # noqa: E402
 from axon.search.current import CurrentCode  # noqa: E402
@@ -77,14 +78,7 @@ from axon.workdir import Workdir  # noqa: E402
 from axon.workloads import Workload, all_workloads, get  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-TIMING_SOURCES = (
-    "axon/nki",
-    "axon/sim",
-    "axon/target",
-    "axon/measure/backend.py",
-    "axon/measure/prefix.py",
-    "axon/measure/extrapolate.py",
-)
+TIMING_SOURCES = tuple(f"axon/{rel}" for rel in backend_sources.TIMING_SOURCES)  # the simulator's version
 
 
 class Original:
@@ -271,7 +265,7 @@ def seed_row(spot: Spot, hw_name: str, trials: int, seed: int, work: Path, cache
             trials=trials, sampler="costmodel", seed=seed, study_name=f"table-unfused:{w.name}:{hw_name}:{seed}"
         )
         unfused_best = Tuner(rest[0], SimBackend(), db, config, storage=None).run().best
-    best = CurrentCode(full).best(db.records(task=full.task))
+    best = CurrentCode(full, timing_version()).best(db.records(task=full.task))
     row = {
         "workload": w.name,
         "label": spot.name,

@@ -48,9 +48,13 @@ TRANSFER_TRAINING = {"costmodel": "cost-model-tuned records (what sweeps leave)"
 
 
 class CachedSim:
-    """The sim backend with a persistent cache keyed by kernel source hash."""
+    """The sim backend with a persistent cache keyed by kernel source hash, hardware file and simulator version."""
 
     name = "sim"
+
+    @property
+    def version(self) -> str:
+        return self.inner.version
 
     def __init__(self, path: Path) -> None:
         self.inner = SimBackend()
@@ -61,7 +65,7 @@ class CachedSim:
     def measure(self, source, kernel, inputs, hw):
         from axon.measure.backend import kernel_hash
 
-        key = f"{kernel_hash(source)}@{hw.file_hash}"
+        key = f"{kernel_hash(source)}@{hw.file_hash}@{self.version}"
         row = self.db.execute("SELECT v FROM m WHERE k=?", (key,)).fetchone()
         if row:
             self.hits += 1

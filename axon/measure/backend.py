@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import hashlib
 import importlib.util
 import os
@@ -33,6 +34,24 @@ from axon.target import HardwareSpec
 
 InputSpec = tuple[str, tuple[int, ...], str]  # (name, shape, dtype)
 
+# The code a simulated latency depends on besides the kernel and the hardware file: the emulator,
+# the simulator, the cost tables and this backend's extrapolation (folders or files under `axon/`).
+TIMING_SOURCES = ("nki", "sim", "target", "measure/backend.py", "measure/prefix.py", "measure/extrapolate.py")
+
+
+@functools.cache
+def timing_version() -> str:
+    """A hash of `TIMING_SOURCES` as installed: the simulator's version. Records measured by another
+    version time the same kernel otherwise (or might), so the tuner does not reuse them."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for rel in TIMING_SOURCES:
+        p = root / rel
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            h.update(f.relative_to(root).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -47,6 +66,7 @@ class Measurement:
     error: str = ""
     wall_s: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    version: str = ""  # the measuring code's version (`Backend.version`): a measurement of another is not reused
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -54,6 +74,11 @@ class Measurement:
 
 class Backend(Protocol):
     name: str
+
+    @property
+    def version(self) -> str:
+        """What its measurements depend on besides the kernel and the hardware file ("" for hardware)."""
+        ...
 
     def measure(self, source: str, kernel: str, inputs: Sequence[InputSpec], hw: HardwareSpec) -> Measurement: ...
 
@@ -102,6 +127,10 @@ class SimBackend:
     name = "sim"
     STEPS = 16
 
+    @property
+    def version(self) -> str:
+        return timing_version()
+
     def __init__(self, kernel_dir: str | Path | None = None, extrapolate: bool = True, workers: int = 1) -> None:
         # without a directory, a temporary one that goes with the backend (nothing left behind)
         self._tmp = None if kernel_dir else tempfile.TemporaryDirectory(prefix="axon-kernels-")
@@ -130,7 +159,7 @@ class SimBackend:
                     self.same_code += 1
                     m = done[1]
                     return replace(m, details=copy.deepcopy(m.details), wall_s=time.perf_counter() - start)
-                m = self._measure(source, kernel, inputs, hw)
+                m = replace(self._measure(source, kernel, inputs, hw), version=self.version)
             finally:
                 module_tree.cache_clear()
         if code is not None and m.status == "ok":
@@ -323,6 +352,7 @@ class NeuronBackend:
     """
 
     name = "neuron"
+    version = ""  # the hardware's figure does not depend on Axon's code
 
     def __init__(self, kernel_dir: str | Path | None = None, warmup: int = 5, iters: int = 20) -> None:
         self._tmp = None if kernel_dir else tempfile.TemporaryDirectory(prefix="axon-kernels-")

@@ -163,6 +163,11 @@ class Record:
     def task(self) -> str:
         return task_key(self.workload, self.shapes, self.dtype, self.hw_hash, self.label)
 
+    @property
+    def measured_by(self) -> str:
+        """The version of the backend that measured it (`Backend.version`; "" before versions were kept)."""
+        return str(self.measurement.get("version", ""))
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
@@ -186,10 +191,12 @@ class _RecordQueries(abc.ABC):
                 data[c] = json.loads(data[c])
             yield Record(**data)
 
-    def lookup(self, kernel_hash: str, backend: str, hw_hash: str) -> Record | None:
-        """The first record of this kernel on this backend and hardware, if it was measured."""
-        for r in self._rows("WHERE kernel_hash=? AND backend=? AND hw_hash=?", (kernel_hash, backend, hw_hash), 1):
-            return r
+    def lookup(self, kernel_hash: str, backend: str, hw_hash: str, version: str = "") -> Record | None:
+        """The first record of this kernel measured by this backend at `version` (`Backend.version`)
+        on this hardware file, if there is one: a simulator of another version may time it otherwise."""
+        for r in self._rows("WHERE kernel_hash=? AND backend=? AND hw_hash=?", (kernel_hash, backend, hw_hash)):
+            if r.measured_by == version:
+                return r
         return None
 
     def records(self, task: str | None = None, workload: str | None = None, hw: str | None = None) -> list[Record]:

@@ -27,7 +27,7 @@ def baseline_latency(
     if problem.validate(point) is not None:
         return None
     cand = problem.build(point)
-    known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash)
+    known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash, backend.version)
     # workers sharing the records finish together and want the same baseline: one measures it (its
     # claim, as a trial's), the others wait for its record; not forever: a live worker whose measurement
     # failed keeps its claim (a sweep worker goes on to its next task), so past the wait it is measured here
@@ -36,7 +36,7 @@ def baseline_latency(
         if time.monotonic() > give_up:
             break
         time.sleep(0.2)
-        known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash)
+        known = db.lookup(cand.kernel_hash, backend.name, problem.hw.file_hash, backend.version)
     if known is None:
         m = backend.measure(cand.source, cand.kernel, cand.inputs, problem.hw)
         known = db.add(

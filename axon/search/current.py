@@ -1,5 +1,6 @@
 """The one answer to "is this record of the current code?": lowering the record's point again with
-the code running now emits the same kernel (the same source hash).
+the code running now emits the same kernel (the same source hash), measured by the backend's
+current version (`Backend.version`: the simulator's sources).
 
 The tuner asks it before reusing a measurement or reporting a best kernel, the sweeps before
 comparing with a previous sweep, and the results table before keeping a row: a refactor that
@@ -25,13 +26,17 @@ class Builds(Protocol):
 
 
 class CurrentCode:
-    """`current(record)`: whether `problem` emits `record.kernel_hash` at `record.point` (cached)."""
+    """`current(record)`: whether `problem` emits `record.kernel_hash` at `record.point` (cached)
+    and, given the measuring backend's `version`, whether that version measured it (a simulator
+    changed since may time the kernel otherwise)."""
 
-    def __init__(self, problem: Builds) -> None:
-        self.problem = problem
+    def __init__(self, problem: Builds, version: str | None = None) -> None:
+        self.problem, self.version = problem, version
         self._seen: dict[tuple[str, str], bool] = {}
 
     def __call__(self, record: Record) -> bool:
+        if self.version is not None and record.measured_by != self.version:
+            return False
         key = (record.kernel_hash, point_key(record.point))
         if key not in self._seen:
             try:

@@ -189,7 +189,7 @@ class FamilyBuilder:
         if problem.validate(point) is not None:
             return None
         cand = problem.build(point)
-        known = self.db.lookup(cand.kernel_hash, self.meter.name, problem.hw.file_hash)
+        known = self.db.lookup(cand.kernel_hash, self.meter.name, problem.hw.file_hash, self.meter.version)
         if known is not None:
             return known.latency_ns if known.status == "ok" else None
         m = self.meter.measure(cand.source, cand.kernel, cand.inputs, problem.hw)

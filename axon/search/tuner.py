@@ -170,7 +170,7 @@ class Tuner:
         self.before_last = before_last
         self.model = model or CostModel(seed=config.seed)
         self.storage = storage
-        self.current = CurrentCode(problem)
+        self.current = CurrentCode(problem, backend.version)
         own: list[Callback] = [Recorder(db)]
         if config.sampler == "costmodel":
             own.append(Refit(self.model, db, problem, backend.name, self.current))
@@ -189,7 +189,7 @@ class Tuner:
         """The record of `point`: reused when this kernel was measured before (a record of another
         task is copied, unsaved, into this one), else measured now (unsaved)."""
         cand = self.problem.build(point)
-        known = self.db.lookup(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash)
+        known = self.db.lookup(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash, self.backend.version)
         if known is not None:
             if known.task != self.task:
                 known = self._record(
@@ -252,8 +252,10 @@ class Tuner:
 
     def run(self) -> TuneResult:
         cfg, start = self.config, time.perf_counter()
-        for r in self.db.records(task=self.task):
-            self._by_point.setdefault(point_key(r.point), r)
+        for r in self.db.records(task=self.task):  # a point's record of the current backend first
+            key = point_key(r.point)
+            if key not in self._by_point or r.measured_by == self.backend.version != self._by_point[key].measured_by:
+                self._by_point[key] = r
         for callback in self.callbacks:
             callback.on_start(self)
         try:

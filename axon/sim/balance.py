@@ -17,6 +17,8 @@ simulator then kept 98% busy with ScalarE at 39%.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from axon.target import costs as C
 from axon.target.hardware import HardwareSpec
 from axon.target.isa import ISA, ISA_LIMITS
@@ -29,12 +31,15 @@ BALANCED = ("vector", "scalar")
 
 def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
     """Position in `trace.instructions` -> the instruction on its engine, for every unbound
-    instruction that moves off its ISA default engine (the others keep `Instr.engine`)."""
-    unbound = [(i, ins) for i, ins in enumerate(trace.instructions) if AUTO_ENGINE in ins.attrs]
-    if not unbound:
+    instruction that moves off its ISA default engine (the others keep `Instr.engine`).
+
+    The compiler places an instruction of the source once, for every iteration of its loops: the
+    balance is over one iteration of each loop nest (its first), and an instruction's later
+    iterations go where its first did. So the placement repeats with the loops, whatever their trip
+    counts (a kernel cut short for extrapolation is placed as the whole kernel is)."""
+    if not any(AUTO_ENGINE in ins.attrs for ins in trace.instructions):
         return {}
     clocks = {e: hw.engines[e].clock_ghz for e in (*BALANCED, "tensor")}
-    load: dict[tuple[int, ...], dict[str, float]] = {}
     cost: dict[tuple, float] = {}
 
     def ns(ins: Instr) -> float:
@@ -44,27 +49,45 @@ def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
             hit = cost[key] = C.engine_cycles(ins, hw) / clocks[ins.engine]
         return hit
 
+    first: dict[tuple[int, ...], tuple[int, ...]] = {}  # nest -> the iteration it was first seen in
+    load: dict[tuple[int, ...], dict[str, float]] = {}  # nest -> its first iteration's work per engine
     for ins in trace.instructions:
-        if ins.engine in clocks and AUTO_ENGINE not in ins.attrs:
-            nest = load.setdefault(_nest(ins), dict.fromkeys(clocks, 0.0))
-            nest[ins.engine] += ns(ins)
+        nest, its = _nest(ins)
+        if first.setdefault(nest, its) == its and ins.engine in clocks and AUTO_ENGINE not in ins.attrs:
+            load.setdefault(nest, dict.fromkeys(clocks, 0.0))[ins.engine] += ns(ins)
+    placed: dict[tuple, str] = {}  # site (nest, opcode, occurrence in its iteration) -> engine
+    seen: dict[tuple[int, ...], tuple[tuple[int, ...], dict[str, int]]] = {}  # nest -> iteration, occurrences
     moved: dict[int, Instr] = {}
-    for i, ins in unbound:
-        nest = load.setdefault(_nest(ins), dict.fromkeys(clocks, 0.0))
-        allowed = ISA[ins.opcode].engines
-        best, best_load = ins, -1.0
-        for e in BALANCED if ins.engine in BALANCED else (ins.engine, *BALANCED):
-            if e not in allowed or e not in clocks or not _fits(ins, e):
-                continue
-            cand = ins if e == ins.engine else on_engine(ins, e)
-            after = nest[e] + ns(cand)
-            if best_load < 0 or after < best_load or (after == best_load and e == ins.engine):
-                best, best_load = cand, after
-        if best_load >= 0:
-            nest[best.engine] = best_load
-        if best is not ins:
-            moved[i] = best
+    for i, ins in enumerate(trace.instructions):
+        if AUTO_ENGINE not in ins.attrs:
+            continue
+        nest, its = _nest(ins)
+        at, counts = seen.get(nest, ((), {}))
+        if at != its or nest not in seen:
+            counts = {}
+            seen[nest] = (its, counts)
+        counts[ins.opcode] = k = counts.get(ins.opcode, 0) + 1
+        site = (nest, ins.opcode, k)
+        engine = placed.get(site)
+        if engine is None:
+            engine = placed[site] = _lighter(ins, load.setdefault(nest, dict.fromkeys(clocks, 0.0)), ns)
+        if engine != ins.engine:
+            moved[i] = on_engine(ins, engine)
     return moved
+
+
+def _lighter(ins: Instr, nest: dict[str, float], ns: Callable[[Instr], float]) -> str:
+    """The engine where `nest`'s load after taking `ins` is smallest (a tie keeps its default); booked."""
+    best, best_load = ins.engine, -1.0
+    for e in BALANCED if ins.engine in BALANCED else (ins.engine, *BALANCED):
+        if e not in ISA[ins.opcode].engines or e not in nest or not _fits(ins, e):
+            continue
+        after = nest[e] + ns(ins if e == ins.engine else on_engine(ins, e))
+        if best_load < 0 or after < best_load or (after == best_load and e == ins.engine):
+            best, best_load = e, after
+    if best_load >= 0:
+        nest[best] = best_load
+    return best
 
 
 def _fits(ins: Instr, engine: str) -> bool:
@@ -74,8 +97,9 @@ def _fits(ins: Instr, engine: str) -> bool:
     return True
 
 
-def _nest(ins: Instr) -> tuple[int, ...]:
-    return tuple(lid for lid, _kind, _it in ins.loops)
+def _nest(ins: Instr) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the enclosing loops' ids, their iterations)."""
+    return tuple(lid for lid, _kind, _it in ins.loops), tuple(it for _lid, _kind, it in ins.loops)
 
 
 def on_engine(ins: Instr, engine: str) -> Instr:

@@ -61,4 +61,4 @@ def test_a_baseline_claimed_by_a_live_worker_that_never_records_it_is_measured_a
         holder.kill()
         holder.wait()
     assert latency is not None and latency > 0
-    assert db.lookup(cand.kernel_hash, backend.name, HW.file_hash) is not None
+    assert db.lookup(cand.kernel_hash, backend.name, HW.file_hash, backend.version) is not None

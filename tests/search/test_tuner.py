@@ -159,6 +159,36 @@ def test_records_of_an_earlier_lowering_are_neither_reused_nor_reported(tmp_path
     assert result.best.latency_ns == fresh.latency_ns
 
 
+def test_records_of_another_simulator_version_are_measured_again_and_not_reported(tmp_path):
+    """A simulated latency depends on the simulator's code: after an upgrade of it, a kernel measured
+    by the old one is measured again, and the old figure is never the best."""
+    import dataclasses
+
+    from axon.measure.backend import SimBackend
+    from axon.search.api import verified_variants
+    from axon.search.problem import LoweredProblem
+    from axon.search.tuner import TuneConfig, Tuner
+    from axon.target import load_hw
+    from axon.workloads import get
+
+    graph = get("rmsnorm").graph("small")
+    problem = LoweredProblem("rmsnorm", graph, load_hw("trn1"), verified_variants(graph), "float32")
+    db = RecordDB(tmp_path / "records.db")
+    backend = SimBackend()
+    point = problem.default_point()
+    fresh, how = Tuner(problem, backend, db, TuneConfig(trials=1, seed=0))._measure(point)
+    assert how == "measured" and fresh.measured_by == backend.version != ""
+    # the same kernel as an older simulator timed it, implausibly fast, and nothing else recorded
+    old = {**fresh.measurement, "version": "an-older-simulator"}
+    db.add(dataclasses.replace(fresh, id=None, created=None, latency_ns=1.0, measurement=old))
+    tuner = Tuner(problem, backend, db, TuneConfig(trials=1, sampler="random", seed=0))
+    record, how = tuner._measure(point)
+    assert how == "measured" and record.latency_ns == fresh.latency_ns
+    assert tuner.best() is None  # the old record only: not this simulator's
+    db.add(record)
+    assert tuner.best().latency_ns == fresh.latency_ns
+
+
 def test_numerics_check_exercises_every_output_element_of_adamw(monkeypatch):
     """[-1, 1] inputs make adamw's reference NaN (sqrt of a negative v): the check must not pass on NaNs."""
     import math
