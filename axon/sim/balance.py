@@ -53,13 +53,13 @@ def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
     load: dict[tuple[int, ...], dict[str, float]] = {}  # nest -> its first iteration's work per engine
     for ins in trace.instructions:
         nest, its = _nest(ins)
-        if first.setdefault(nest, its) == its and ins.engine in clocks and AUTO_ENGINE not in ins.attrs:
+        if first.setdefault(nest, its) == its and ins.engine in clocks and len(_candidates(ins, clocks)) <= 1:
             load.setdefault(nest, dict.fromkeys(clocks, 0.0))[ins.engine] += ns(ins)
     placed: dict[tuple, str] = {}  # site (nest, opcode, occurrence in its iteration) -> engine
     seen: dict[tuple[int, ...], tuple[tuple[int, ...], dict[str, int]]] = {}  # nest -> iteration, occurrences
     moved: dict[int, Instr] = {}
     for i, ins in enumerate(trace.instructions):
-        if AUTO_ENGINE not in ins.attrs:
+        if AUTO_ENGINE not in ins.attrs or len(_candidates(ins, clocks)) <= 1:
             continue
         nest, its = _nest(ins)
         at, counts = seen.get(nest, ((), {}))
@@ -88,6 +88,16 @@ def _lighter(ins: Instr, nest: dict[str, float], ns: Callable[[Instr], float]) -
     if best_load >= 0:
         nest[best] = best_load
     return best
+
+
+def _candidates(ins: Instr, clocks: dict) -> list[str]:
+    if AUTO_ENGINE not in ins.attrs:
+        return [ins.engine]
+    return [
+        e
+        for e in (BALANCED if ins.engine in BALANCED else (ins.engine, *BALANCED))
+        if e in ISA[ins.opcode].engines and e in clocks and _fits(ins, e)
+    ]
 
 
 def _fits(ins: Instr, engine: str) -> bool:
