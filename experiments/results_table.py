@@ -64,7 +64,6 @@ from corpus import DATA, NKIBENCH  # noqa: E402
 
 from axon.errors import AxonError  # noqa: E402
 from axon.lower import expert  # noqa: E402
-from axon.measure import backend as backend_sources  # noqa: E402
 from axon.measure.backend import SimBackend, kernel_hash, timing_version  # noqa: E402
 from axon.measure.records import RecordDB  # noqa: E402
 from axon.search.api import TuneRequest, expert_latency, tune, verified_variants, workload_graph  # noqa: E402
@@ -78,7 +77,6 @@ from axon.workdir import Workdir  # noqa: E402
 from axon.workloads import Workload, all_workloads, get  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-TIMING_SOURCES = tuple(f"axon/{rel}" for rel in backend_sources.TIMING_SOURCES)  # the simulator's version
 
 
 class Original:
@@ -187,7 +185,7 @@ def row_current(row: dict, spot: Spot, hw_name: str, db: RecordDB) -> bool:
 
 def timing_key(hw_name: str) -> str:
     """What decides a simulated latency: the emulator, the simulator, the backend and the hardware file."""
-    return rivals.source_hash(TIMING_SOURCES, load_hw(hw_name).file_hash)
+    return rivals.source_hash((), timing_version(), load_hw(hw_name).file_hash)
 
 
 def row_times_the_same(row: dict, spot: Spot, hw_name: str) -> bool:

@@ -70,6 +70,21 @@ class Affine:
     def modulo(self, k: int, then_mul: int = 1) -> Affine:
         return _affine(self.terms, self.const, self.div, k, then_mul)
 
+    def shifted(self, var: str, by: int) -> Affine:
+        """This index with loop variable `var` replaced by `var + by` (inside any division and modulus)."""
+        coef = dict(self.terms).get(var, 0)
+        return _affine(self.terms, self.const + coef * by, self.div, self.mod, self.mul) if coef else self
+
+    def fixed(self, var: str, value: int) -> Affine:
+        """This index with loop variable `var` replaced by the constant `value`."""
+        coef = dict(self.terms).get(var, 0)
+        if not coef:
+            return self
+        out = _affine(
+            tuple(t for t in self.terms if t[0] != var), self.const + coef * value, self.div, self.mod, self.mul
+        )
+        return out if out.terms else Affine.of(out.value({}))
+
     @property
     def plain(self) -> bool:
         return self.div == 1 and not self.mod and self.mul == 1

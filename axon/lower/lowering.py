@@ -47,6 +47,7 @@ from axon.lower.program import (
     tile_ref,
 )
 from axon.lower.roles import LoweringError, classify
+from axon.lower.skew import skew
 from axon.lower.state import LoweringState, Rejected, View, for_j, hbm_ref, is_scratch, rows_expr
 
 KNOB_DEFAULTS: dict[str, Any] = dict(
@@ -277,9 +278,9 @@ def _lower_pass_now(
         st.tm, st.__dict__["tail_base"] = tail, nblocks * tm * st.mb
         tail_block = [Comment(f"last row block: {tail} rows")] + _row_block(st, p)
     stmts: list[Stmt] = [TileAlloc(t) for t in st.allocs] + pre + st.__dict__.get("hoisted", [])
-    inner: list[Stmt] = (
-        batch_prep + ([TileLoop("i_r", nblocks, tuple(block), "row_block")] if nblocks else []) + tail_block
-    )
+    skewed = _skewed(st, block) if knobs.get("skew") and nblocks > 1 and not tail else None
+    loop = skewed if skewed is not None else [TileLoop("i_r", nblocks, tuple(block), "row_block")]
+    inner: list[Stmt] = batch_prep + (loop if nblocks else []) + tail_block
     for i in reversed(range(len(roles.batch))):
         inner = [TileLoop(f"i_b{i}", roles.batch[i], tuple(inner), f"batch{i}")]
     body = offload_tensor_scalars(stmts + inner, str(knobs.get("offload", "none")))
@@ -290,6 +291,16 @@ def _lower_pass_now(
     return body, st.allocs
 
 
+def _skewed(st: LoweringState, block: list[Stmt]) -> list[Stmt] | None:
+    """The row-block loop software-pipelined by one block (`axon.lower.skew`), for a pass with one
+    matmul whose stationary operand rotates over `bufs` slots; None otherwise."""
+    prepared = st.__dict__.get("prepared", [])
+    if len(prepared) != 1 or prepared[0] <= 0:
+        return None
+    rotated = {name for a, name in st.transposed.items() if not st.__dict__["tbase"][a].is_const}
+    return skew(block, prepared[0], "i_r", st.__dict__["nblocks"], "row_block", rotated)
+
+
 def _row_block(st: LoweringState, p: Pass) -> list[Stmt]:
     block: list[Stmt] = []
     done: set[int] = st.__dict__.setdefault("done", set())  # nodes emitted so far (read by in-place decisions)
@@ -298,12 +309,17 @@ def _row_block(st: LoweringState, p: Pass) -> list[Stmt]:
             block.extend(lower_moment(st, node.id))
         elif is_term(st, node.id):  # a product of a sum accumulated in one PSUM bank
             block.extend(lower_term(st, node))
+            st.__dict__.setdefault("prepared", []).append(-1)  # not skewed
         elif is_sum(st, node.id):
             block.extend(lower_sum(st, node))
+            st.__dict__.setdefault("prepared", []).append(-1)
         elif is_transposed_product(st, node.id):
             block.extend(lower_transposed_product(st, node))
+            st.__dict__.setdefault("prepared", []).append(-1)
         elif node.op == "matmul":
+            at = len(block)
             block.extend(lower_matmul(st, node))
+            st.__dict__.setdefault("prepared", []).append(at + st.__dict__.pop("stationary_len"))
         elif node.id in st.__dict__.get("groups", {}) and node.id not in st.__dict__.get("internal", ()):
             block.extend(lower_group(st, node))  # a fused group, emitted at its sink
         else:

@@ -197,10 +197,14 @@ def _stationary(st: LoweringState, node: Node, dt: str) -> list[Stmt]:
             st.__dict__["pt"] = pt
             view = st.views[a]
             data = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + kt * tk, tk)
+            # k tile i_k's transpose has its own columns of the PSUM tiles while they last (a bank holds
+            # bank // tm of them), so a row block's transposes need not wait for the copies out of a bank
+            per_bank = max(1, st.bank // tm)
+            col = Expr.of(kt.modulo(per_bank, tm)) if per_bank > 1 else Expr.of(0)
             tp = (
-                Ref(pt.name, ((Expr.of(kt.modulo(pt.tiles)), None), (Expr.of(0), tk), (Expr.of(0), tm)))
+                Ref(pt.name, ((Expr.of(kt.floordiv(per_bank).modulo(pt.tiles)), None), (Expr.of(0), tk), (col, tm)))
                 if pt.tiles
-                else tile_ref(pt.name, 0, tk, 0, tm)
+                else tile_ref(pt.name, 0, tk, col, tm)
             )
             inner = [
                 TileInstr("nc_transpose", "tensor", tp, (("data", data),), "stationary on TensorE"),
@@ -218,6 +222,7 @@ def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
     tm, mb = st.tm, st.mb
     wdt = _weight_dtype(st, w)
     out: list[Stmt] = _stationary(st, node, wdt)
+    st.__dict__["stationary_len"] = len(out)  # where the row block's preparation ends (`axon.lower.skew`)
     aT = st.transposed[node.inputs[0]]
     aT_base = st.__dict__["tbase"][node.inputs[0]]
     kind, res = st.__dict__["wplan"][node.id]

@@ -9,9 +9,11 @@ contraction before the next; `kn2`/`kn4`: K outer over a group of 2 or 4 n tiles
 once in separate PSUM banks, their moving tiles brought by one DMA per K tile), `transpose`
 (stationary operands transposed on TensorE or by DMA; inputs already laid out [K, M] need neither),
 `weights` (moving operands streamed per tile or resident in SBUF per batch), `evac` (PSUM evacuated
-by VectorE or ScalarE), `accumulate` (where a graph has x @ w + y @ v or (x @ a) @ b: `shared`
-accumulates the two products in one PSUM bank and makes x @ a already transposed for its consumer,
-`separate` lowers each matmul on its own; see `matsum`), `fold` (consecutive rows per partition, for
+by VectorE or ScalarE), `skew` (the row-block loop software-pipelined by one block: block r+1's
+stationary operand prepared before block r's matmuls, `axon.lower.skew`), `accumulate` (where a
+graph has x @ w + y @ v or (x @ a) @ b: `shared` accumulates the two products in one PSUM bank and
+makes x @ a already transposed for its consumer, `separate` lowers each matmul on its own; see
+`matsum`), `fold` (consecutive rows per partition, for
 graphs elementwise over rows: `axon.lower.fold`; `split`: each row cut into shorter rows, the other
 way), `offload` (VectorE tensor_scalars moved to ScalarE: `axon.lower.engines`), `interleave` (a
 fused group's steps issued step-major over the m_block row tiles, so engines overlap across tiles;
@@ -125,6 +127,7 @@ class Space:
                 Knob("loop_order", ("nk", "kn2", "kn4")),
                 Knob("weights", ("stream", "resident")),
                 Knob("evac", ("vector", "scalar")),
+                Knob("skew", (False, True)),  # the row-block loop software-pipelined (`axon.lower.skew`)
             ]
         if has_mm and any(shared_sums(p.graph) or transposed_products(p.graph) for p in split(g, set())[0]):
             knobs.append(Knob("accumulate", ("shared", "separate")))

@@ -26,6 +26,7 @@ CATEGORICAL = {
     "evac": ("vector", "scalar"),
     "offload": ("none", "half", "all"),
     "interleave": (False, True),
+    "skew": (False, True),
 }
 NUMERIC = ("tile_m", "m_block", "tile_n", "tile_k", "bufs", "psum_bufs", "fold", "split")
 OPCODES = (

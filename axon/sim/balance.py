@@ -2,9 +2,10 @@
 
 The compiler assigns engines before it schedules, knowing the whole instruction stream: an unbound
 instruction goes where its loop body's work is lightest. So the balance here is static and per loop
-nest (the enclosing loops' ids, not their iterations): the work the kernel bound to VectorE and
-ScalarE in that nest is counted first, then each unbound instruction, in program order, goes to the
-engine whose load after taking it is the smaller (a tie keeps the ISA's default engine). The
+nest (the enclosing loops' ids, not their iterations): the work in that nest that has one possible
+engine (bound by the kernel, or unbound but runnable on one engine only) is counted first, then each
+other unbound instruction, in program order, goes to the engine whose load after taking it is the
+smaller (a tie keeps the ISA's default engine). The
 default engine stays a candidate (an unbound nc_transpose is TensorE's), and an instruction moves
 only where it can run: VectorE transposes at most 32x32, as the emulator enforces for a bound one.
 
@@ -56,17 +57,14 @@ def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
         if first.setdefault(nest, its) == its and ins.engine in clocks and len(_candidates(ins, clocks)) <= 1:
             load.setdefault(nest, dict.fromkeys(clocks, 0.0))[ins.engine] += ns(ins)
     placed: dict[tuple, str] = {}  # site (nest, opcode, occurrence in its iteration) -> engine
-    seen: dict[tuple[int, ...], tuple[tuple[int, ...], dict[str, int]]] = {}  # nest -> iteration, occurrences
+    occurrences: dict[tuple, int] = {}  # (nest, iteration, opcode) -> how many so far
     moved: dict[int, Instr] = {}
     for i, ins in enumerate(trace.instructions):
         if AUTO_ENGINE not in ins.attrs or len(_candidates(ins, clocks)) <= 1:
             continue
         nest, its = _nest(ins)
-        at, counts = seen.get(nest, ((), {}))
-        if at != its or nest not in seen:
-            counts = {}
-            seen[nest] = (its, counts)
-        counts[ins.opcode] = k = counts.get(ins.opcode, 0) + 1
+        key = (nest, its, ins.opcode)
+        occurrences[key] = k = occurrences.get(key, 0) + 1
         site = (nest, ins.opcode, k)
         engine = placed.get(site)
         if engine is None:
