@@ -72,11 +72,13 @@ class ResidencyCache:
 
 @dataclass(frozen=True)
 class Constant:
-    """A fitted constant: dotted name, bounds, and the grid step of the search (a factor in log space)."""
+    """A fitted constant: dotted name, bounds, and the value it had before any fit (`prior`: the
+    published figure or the first estimate, which the fit's prior term is centred on)."""
 
     path: str
     lo: float
     hi: float
+    prior: float
 
 
 class CoordinateSearch:
@@ -108,13 +110,13 @@ class CoordinateSearch:
     def fit(
         self,
         start: dict[str, float],
-        loss: Callable[[Any], float],
+        loss: Callable[[Any, dict[str, float]], float],
         step: float = 2.0,
         min_step: float = 1.09,
         rounds: int = 8,
     ) -> tuple[dict[str, float], float]:
         best = {k: _round3(v) for k, v in start.items()}
-        best_loss = loss(self.results(best))
+        best_loss = loss(self.results(best), best)
         while step >= min_step:
             for _ in range(rounds):
                 moved = False
@@ -125,7 +127,7 @@ class CoordinateSearch:
                             if v == best[c.path]:
                                 break
                             trial = {**best, c.path: v}
-                            trial_loss = loss(self.results(trial))
+                            trial_loss = loss(self.results(trial), trial)
                             if trial_loss >= best_loss - 1e-9:
                                 break
                             best, best_loss, moved = trial, trial_loss, True
