@@ -264,8 +264,11 @@ def test_stationary_tiles_and_store_stage_rotate():
     point = {**Space(graph, HW).default_point().as_dict(), "bufs": 2, "psum_bufs": 2, "transpose": "pe"}
     prog, src = _check(graph, point, "float32")
     transposes = [line for line in src.splitlines() if "nisa.tensor_copy" in line and "transpose_psum" in line]
+    assert transposes and all("(i_r) % 2" in line for line in transposes)
     # software-pipelined (`axon.lower.skew`): block 0's A^T before the loop, iteration r prepares block
     # r+1 in the other slot while block r's matmuls read slot r % 2
+    _, src = _check(graph, {**point, "skew": True}, "float32")
+    transposes = [line for line in src.splitlines() if "nisa.tensor_copy" in line and "transpose_psum" in line]
     assert len(transposes) == 2 and "(i_r + 1) % 2" in transposes[1] and "i_r" not in transposes[0]
     matmuls = [line for line in src.splitlines() if "nisa.nc_matmul" in line]
     assert any("(i_r) % 2" in line for line in matmuls)
