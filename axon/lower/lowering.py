@@ -292,10 +292,11 @@ def _lower_pass_now(
 
 
 def _skewed(st: LoweringState, block: list[Stmt]) -> list[Stmt] | None:
-    """The row-block loop software-pipelined by one block (`axon.lower.skew`), for a pass with one
-    matmul whose stationary operand rotates over `bufs` slots; None otherwise."""
+    """The row-block loop software-pipelined by one block (`axon.lower.skew`), for a pass whose one
+    matmul is a plain one (`lower_matmul`) with a stationary operand rotating over `bufs` slots; None
+    otherwise."""
     prepared = st.__dict__.get("prepared", [])
-    if len(prepared) != 1 or prepared[0] <= 0:
+    if len(prepared) != 1 or sum(n.op == "matmul" for n in st.graph.nodes) != 1:
         return None
     rotated = {name for a, name in st.transposed.items() if not st.__dict__["tbase"][a].is_const}
     return skew(block, prepared[0], "i_r", st.__dict__["nblocks"], "row_block", rotated)
@@ -309,13 +310,10 @@ def _row_block(st: LoweringState, p: Pass) -> list[Stmt]:
             block.extend(lower_moment(st, node.id))
         elif is_term(st, node.id):  # a product of a sum accumulated in one PSUM bank
             block.extend(lower_term(st, node))
-            st.__dict__.setdefault("prepared", []).append(-1)  # not skewed
         elif is_sum(st, node.id):
             block.extend(lower_sum(st, node))
-            st.__dict__.setdefault("prepared", []).append(-1)
         elif is_transposed_product(st, node.id):
             block.extend(lower_transposed_product(st, node))
-            st.__dict__.setdefault("prepared", []).append(-1)
         elif node.op == "matmul":
             at = len(block)
             block.extend(lower_matmul(st, node))
