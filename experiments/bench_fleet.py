@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
 import yaml
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
 import ml_dtypes
 import numpy as np
 

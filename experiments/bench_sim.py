@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "kernels"))
 

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from axon.forked import workers  # noqa: E402

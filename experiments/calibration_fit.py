@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 from axon.sim.residency import Residency, replay
 from axon.target.hardware import HardwareSpec
 

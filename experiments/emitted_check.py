@@ -18,6 +18,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from axon.errors import AxonError  # noqa: E402

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from axon.measure.backend import Measurement, SimBackend  # noqa: E402

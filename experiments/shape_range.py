@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402

@@ -13,6 +13,8 @@ import os
 import time
 from pathlib import Path
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from axon.measure.backend import SimBackend  # noqa: E402

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from axon.measure.backend import SimBackend  # noqa: E402

@@ -14,6 +14,8 @@ import argparse
 import os
 import sys
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402

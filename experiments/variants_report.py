@@ -13,6 +13,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import checkout  # noqa: F401  (this repository's axon ahead of an installed one)
+
 from axon.synth import discover
 from axon.synth import inspect as q
 from axon.synth.wrong import wrong_proposals

@@ -66,3 +66,42 @@ def test_the_cli_imports_no_heavy_or_optional_library():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_no_module_of_the_package_is_over_400_lines():
+    """Issue 23's bound on a module's length: a file past it is split where its parts separate."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "axon").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 400
+    }
+    assert not long, f"modules over 400 lines: {long}"
+
+
+def test_every_experiment_imports_its_own_checkouts_axon():
+    """A script's sys.path starts at its folder and the venv's axon is an editable install of one
+    checkout: a script run from another checkout (a worktree) must put its own repository first
+    (`import checkout`, or `corpus`, which does the same) before it imports axon."""
+    late = []
+    for script in sorted((ROOT / "experiments").glob("*.py")):
+        if script.name == "corpus.py":
+            continue
+        body = ast.parse(script.read_text()).body
+        first = next((i for i, node in enumerate(body) if _imports_axon(node)), None)
+        if first is not None and not any(_puts_repo_first(node) for node in body[:first]):
+            late.append(script.name)
+    assert not late, f"experiments that may import another checkout's axon: {late}"
+
+
+def _imports_axon(node: ast.stmt) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] == "axon"
+    return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "axon" for a in node.names)
+
+
+def _puts_repo_first(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name in ("checkout", "corpus") for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return node.module in ("checkout", "corpus")
+    return "sys.path.insert(0" in ast.unparse(node)

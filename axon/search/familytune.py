@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from axon.errors import AxonError
-from axon.measure.backend import get_backend
+from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
 from axon.search.family import Family, FamilyBuilder, FamilyConfig, FamilyProblems, grid
 from axon.search.familyout import BoundaryCheck, boundary_checks, family_record, latency_plot, log_family, write_module

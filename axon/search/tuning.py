@@ -24,8 +24,8 @@ from axon.errors import AxonError
 from axon.forked import Ahead, workers
 from axon.gcpause import gc_frozen
 from axon.ir import flops, min_bytes
-from axon.measure.backend import get_backend
 from axon.measure.events import Callback, OnTrial, TrialLog
+from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
 from axon.search.baselines import baseline_latency, baselines_ahead, expert_latency, keep_baselines
 from axon.search.checks import adversarial_check, numerics_check
