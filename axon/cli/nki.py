@@ -1,12 +1,15 @@
 """`axon nki`: run kernel files in the emulator from the command line.
 
-`axon nki run FILE.py:FN --input a=float32[128,512]` runs on random inputs and prints each
+`axon nki run FILE.py:FN --input a=float32[128,512] [--arg pool_size=2]` runs on random inputs
+(non-tensor parameters by keyword) and prints each
 output's shape and dtype (or the error, one line, exit 2). Other commands attach with
-`nki.add_command(...)` (the simulator adds `profile`); `parse_input_spec` is shared with them.
+`nki.add_command(...)` (the simulator adds `profile`); `parse_input_spec` and `kernel_args` are shared
+with them.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import re
@@ -40,6 +43,42 @@ def parse_input_spec(text: str) -> tuple[str, tuple[int, ...], str]:
     return name, dims, dtype
 
 
+_ARG = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(.+)$", re.S)
+
+
+def parse_kernel_arg(text: str) -> tuple[str, Any]:
+    """`"pool_size=2"` -> ("pool_size", 2): a kernel's non-tensor parameter, a Python literal (number,
+    bool, None, string, tuple or list) passed by keyword; NKIError on anything else.
+
+    >>> parse_kernel_arg("eps=1e-6"), parse_kernel_arg("axes=(1, 2)"), parse_kernel_arg("act='gelu'")
+    (('eps', 1e-06), ('axes', (1, 2)), ('act', 'gelu'))
+    """
+
+    m = _ARG.match(text)
+    if not m:
+        raise NKIError(f"malformed --arg {text!r}: expected NAME=VALUE, e.g. pool_size=2 or eps=1e-6")
+    try:
+        value = ast.literal_eval(m.group(2).strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise NKIError(
+            f"malformed --arg {text!r}: {m.group(2).strip()!r} is not a Python literal "
+            "(a number, True/False/None, a quoted string, a tuple or a list)"
+        ) from None
+    return m.group(1), value
+
+
+def kernel_args(texts: tuple[str, ...]) -> dict[str, Any]:
+    """The `--arg` options as keyword arguments; NKIError when one names a parameter twice."""
+
+    out: dict[str, Any] = {}
+    for text in texts:
+        name, value = parse_kernel_arg(text)
+        if name in out:
+            raise NKIError(f"--arg {name} given twice")
+        out[name] = value
+    return out
+
+
 def check_input_memory(specs: list[tuple[str, tuple[int, ...], str]], memory_bytes: int | None = None) -> None:
     """NKIError when the random inputs (and as much again for the emulator's copies) would take more
     than half of this machine's memory: refused before anything is allocated."""
@@ -60,6 +99,9 @@ def random_array(shape: tuple[int, ...], dtype: str, rng: Any) -> Any:
     return rng.standard_normal(shape).astype(as_dtype(dtype))
 
 
+ARG_HELP = "NAME=VALUE: a non-tensor parameter of the kernel (a Python literal), passed by keyword."
+
+
 @click.group()
 def nki() -> None:
     """Run NKI kernels in Axon's emulator."""
@@ -68,17 +110,19 @@ def nki() -> None:
 @nki.command("run")
 @click.argument("kernel")
 @click.option("--input", "inputs", multiple=True, help="NAME=DTYPE[D0,D1,...], in the kernel's argument order.")
+@click.option("--arg", "args", multiple=True, help=ARG_HELP)
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file name or path.")
 @click.option("--seed", default=0, show_default=True, type=int)
-def run_cmd(kernel: str, inputs: tuple[str, ...], hw: str, seed: int) -> None:
+def run_cmd(kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], hw: str, seed: int) -> None:
     """Run KERNEL (FILE.py:FUNCTION) on random inputs; print output shapes and dtypes."""
 
     specs = [parse_input_spec(s) for s in inputs]
+    kwargs = kernel_args(args)
     check_input_memory(specs)
     fn = axon.nki.load_kernel(kernel)
     rng = np.random.default_rng(seed)
     arrays = [random_array(shape, dtype, rng) for _, shape, dtype in specs]
-    outs = axon.nki.run(fn, *arrays, hw=hw)
+    outs = axon.nki.run(fn, *arrays, hw=hw, **kwargs)
     for i, out in enumerate(outs if isinstance(outs, tuple) else (outs,)):
         finite = bool(np.all(np.isfinite(out.astype(np.float32))))
         click.echo(

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from axon.cli.nki import check_input_memory, parse_input_spec, random_array
+from axon.cli.nki import ARG_HELP, check_input_memory, kernel_args, parse_input_spec, random_array
 from axon.errors import NKIError
 from axon.nki import load_kernel, run_with_trace
 from axon.sim import simulate
@@ -23,6 +23,7 @@ from axon.target import DEFAULT_HW, load_hw
 @click.option(
     "--input", "inputs", multiple=True, help="NAME=DTYPE[SHAPE], e.g. a=bfloat16[128,512]; once per argument."
 )
+@click.option("--arg", "args", multiple=True, help=ARG_HELP)
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file: a built-in name or a YAML path.")
 @click.option(
     "--out",
@@ -34,7 +35,9 @@ from axon.target import DEFAULT_HW, load_hw
 )
 @click.option("--no-png", is_flag=True, help="Skip the PNG Gantt chart.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs it runs on.")
-def profile(kernel: str, inputs: tuple[str, ...], hw: str, out_dir: str, no_png: bool, seed: int) -> None:
+def profile(
+    kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], hw: str, out_dir: str, no_png: bool, seed: int
+) -> None:
     """Time KERNEL (FILE.py:FN) on the simulated NeuronCore and write its timeline.
 
     The kernel is executed on random inputs of the given shapes, as `axon nki run` does, so an input
@@ -46,10 +49,11 @@ def profile(kernel: str, inputs: tuple[str, ...], hw: str, out_dir: str, no_png:
         raise NKIError(f"--out {out_dir}: directory {out.parent} does not exist")
     spec = load_hw(hw)
     specs = [parse_input_spec(text) for text in inputs]
+    kwargs = kernel_args(args)
     check_input_memory(specs)
     fn = load_kernel(kernel)
     rng = np.random.default_rng(seed)
-    _, executed = run_with_trace(fn, *[random_array(shape, dtype, rng) for _, shape, dtype in specs], hw=spec)
+    _, executed = run_with_trace(fn, *[random_array(shape, dtype, rng) for _, shape, dtype in specs], hw=spec, **kwargs)
     timing = simulate(executed, spec)
     click.echo(timing.summary())
     name = kernel.rpartition(":")[2] or "kernel"

@@ -40,3 +40,26 @@ def test_rule_violation_is_one_line_with_the_kernel_line():
 def test_missing_kernel_function():
     r = axon_in_process("nki", "run", f"{KERNELS / 'rules.py'}:nope", "--input", "a=float32[128,512]")
     assert r.returncode == 2 and "no kernel function 'nope'" in r.stderr
+
+
+def test_nki_run_passes_non_tensor_parameters_by_keyword():
+    kernel = f"{KERNELS / 'current_api.py'}:tiled_rows"
+    r = axon_in_process("nki", "run", kernel, "--input", "x=float32[64,256]", "--arg", "times=3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "output 0: shape [192, 256] dtype float32"
+
+
+def test_a_bad_kernel_parameter_is_one_line_and_exit_2():
+    kernel = f"{KERNELS / 'current_api.py'}:tiled_rows"
+    for arg, message in [
+        ("times=three", "malformed --arg 'times=three': 'three' is not a Python literal"),
+        ("3", "malformed --arg '3': expected NAME=VALUE"),
+        ("repeats=2", "unexpected keyword argument 'repeats'"),
+    ]:
+        r = axon_in_process("nki", "run", kernel, "--input", "x=float32[64,256]", "--arg", arg)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert message in r.stderr
+    r = axon_in_process(
+        "nki", "profile", kernel, "--input", "x=float32[64,256]", "--arg", "times=1", "--arg", "times=2"
+    )
+    assert r.returncode == 2 and "--arg times given twice" in r.stderr
