@@ -60,7 +60,10 @@ def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
     occurrences: dict[tuple, int] = {}  # (nest, iteration, opcode) -> how many so far
     moved: dict[int, Instr] = {}
     for i, ins in enumerate(trace.instructions):
-        if AUTO_ENGINE not in ins.attrs or len(_candidates(ins, clocks)) <= 1:
+        if AUTO_ENGINE not in ins.attrs:
+            continue
+        engines = _candidates(ins, clocks)
+        if len(engines) <= 1:
             continue
         nest, its = _nest(ins)
         key = (nest, its, ins.opcode)
@@ -68,18 +71,17 @@ def place_unbound(trace: Trace, hw: HardwareSpec) -> dict[int, Instr]:
         site = (nest, ins.opcode, k)
         engine = placed.get(site)
         if engine is None:
-            engine = placed[site] = _lighter(ins, load.setdefault(nest, dict.fromkeys(clocks, 0.0)), ns)
+            engine = placed[site] = _lighter(ins, engines, load.setdefault(nest, dict.fromkeys(clocks, 0.0)), ns)
         if engine != ins.engine:
             moved[i] = on_engine(ins, engine)
     return moved
 
 
-def _lighter(ins: Instr, nest: dict[str, float], ns: Callable[[Instr], float]) -> str:
-    """The engine where `nest`'s load after taking `ins` is smallest (a tie keeps its default); booked."""
+def _lighter(ins: Instr, engines: list[str], nest: dict[str, float], ns: Callable[[Instr], float]) -> str:
+    """Of `engines` (`_candidates`), the one where `nest`'s load after taking `ins` is smallest (a tie
+    keeps its default); booked."""
     best, best_load = ins.engine, -1.0
-    for e in BALANCED if ins.engine in BALANCED else (ins.engine, *BALANCED):
-        if e not in ISA[ins.opcode].engines or e not in nest or not _fits(ins, e):
-            continue
+    for e in engines:
         after = nest[e] + ns(ins if e == ins.engine else on_engine(ins, e))
         if best_load < 0 or after < best_load or (after == best_load and e == ins.engine):
             best, best_load = e, after
@@ -89,6 +91,8 @@ def _lighter(ins: Instr, nest: dict[str, float], ns: Callable[[Instr], float]) -
 
 
 def _candidates(ins: Instr, clocks: dict) -> list[str]:
+    """The engines `ins` may be placed on: its own if the kernel bound it, else those of `BALANCED`
+    (and its ISA default) that run its opcode within their size limits."""
     if AUTO_ENGINE not in ins.attrs:
         return [ins.engine]
     return [
