@@ -10,6 +10,7 @@ with them.
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import os
 import re
@@ -79,6 +80,36 @@ def kernel_args(texts: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The call of `fn` with the `--input` arrays (name, array) and the `--arg` values: by parameter
+    name when every one names a parameter of `fn` (a non-tensor parameter between tensors, as in
+    `layernorm(x, epsilon, gamma, beta)`, goes in its place), else the arrays in order and the values
+    by keyword. NKIError when a parameter before one given has neither a value nor a default."""
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return [a for _, a in inputs], kwargs
+    names = [n for n, _ in inputs] + list(kwargs)
+    if len(set(names)) < len(names):
+        raise NKIError(f"kernel parameter {next(n for n in names if names.count(n) > 1)!r} given twice")
+    positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not inputs or not all(n in params for n in names):
+        return [a for _, a in inputs], kwargs
+    given = {**dict(inputs), **kwargs}
+    last = max((i for i, p in enumerate(positional) if p.name in given), default=-1)
+    args = []
+    for p in positional[: last + 1]:
+        if p.name in given:
+            args.append(given.pop(p.name))
+        elif p.default is not p.empty:
+            args.append(p.default)
+        else:
+            name = getattr(fn, "__name__", "kernel")
+            raise NKIError(f"kernel {name} needs {p.name!r}: give --input {p.name}=DTYPE[...] or --arg {p.name}=VALUE")
+    return args, given
+
+
 def check_input_memory(specs: list[tuple[str, tuple[int, ...], str]], memory_bytes: int | None = None) -> None:
     """NKIError when the random inputs (and as much again for the emulator's copies) would take more
     than half of this machine's memory: refused before anything is allocated."""
@@ -109,7 +140,9 @@ def nki() -> None:
 
 @nki.command("run")
 @click.argument("kernel")
-@click.option("--input", "inputs", multiple=True, help="NAME=DTYPE[D0,D1,...], in the kernel's argument order.")
+@click.option(
+    "--input", "inputs", multiple=True, help="NAME=DTYPE[D0,D1,...]: a tensor parameter, by name (else in order)."
+)
 @click.option("--arg", "args", multiple=True, help=ARG_HELP)
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file name or path.")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -121,8 +154,8 @@ def run_cmd(kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], hw: str
     check_input_memory(specs)
     fn = axon.nki.load_kernel(kernel)
     rng = np.random.default_rng(seed)
-    arrays = [random_array(shape, dtype, rng) for _, shape, dtype in specs]
-    outs = axon.nki.run(fn, *arrays, hw=hw, **kwargs)
+    call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
+    outs = axon.nki.run(fn, *call, hw=hw, **kwargs)
     for i, out in enumerate(outs if isinstance(outs, tuple) else (outs,)):
         finite = bool(np.all(np.isfinite(out.astype(np.float32))))
         click.echo(

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from axon.cli.nki import ARG_HELP, check_input_memory, kernel_args, parse_input_spec, random_array
+from axon.cli.nki import ARG_HELP, bind, check_input_memory, kernel_args, parse_input_spec, random_array
 from axon.errors import NKIError
 from axon.nki import load_kernel, run_with_trace
 from axon.sim import simulate
@@ -53,7 +53,8 @@ def profile(
     check_input_memory(specs)
     fn = load_kernel(kernel)
     rng = np.random.default_rng(seed)
-    _, executed = run_with_trace(fn, *[random_array(shape, dtype, rng) for _, shape, dtype in specs], hw=spec, **kwargs)
+    call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
+    _, executed = run_with_trace(fn, *call, hw=spec, **kwargs)
     timing = simulate(executed, spec)
     click.echo(timing.summary())
     name = kernel.rpartition(":")[2] or "kernel"

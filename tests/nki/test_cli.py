@@ -1,5 +1,9 @@
 """`axon nki run FILE.py:FN --input ...` as a user runs it."""
 
+import numpy as np
+
+import axon.nki
+from axon.cli.nki import bind
 from tests.conftest import axon_in_process, run_axon
 from tests.nki.helpers import KERNELS
 
@@ -63,3 +67,44 @@ def test_a_bad_kernel_parameter_is_one_line_and_exit_2():
         "nki", "profile", kernel, "--input", "x=float32[64,256]", "--arg", "times=1", "--arg", "times=2"
     )
     assert r.returncode == 2 and "--arg times given twice" in r.stderr
+
+
+def test_a_parameter_between_tensors_is_bound_by_name():
+    """As AWS's layernorm tutorial kernel takes (input_tensor, epsilon, gamma_vector, beta_vector)."""
+    kernel = f"{KERNELS / 'current_api.py'}:axpy"
+    r = axon_in_process(
+        "nki", "run", kernel, "--input", "x=float32[64,256]", "--arg", "alpha=2.0", "--input", "y=float32[64,256]"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "output 0: shape [64, 256] dtype float32"
+    r = axon_in_process("nki", "run", kernel, "--input", "x=float32[64,256]", "--input", "y=float32[64,256]")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "kernel axpy needs 'alpha': give --input alpha=DTYPE[...] or --arg alpha=VALUE" in r.stderr
+
+
+def test_the_bound_call_computes_what_the_kernel_does():
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((64, 256)).astype(np.float32)
+    fn = axon.nki.load_kernel(f"{KERNELS / 'current_api.py'}:axpy")
+    call, kwargs = bind(fn, [("y", y), ("x", x)], {"alpha": 3.0})
+    out = axon.nki.run(fn, *call, **kwargs)
+    np.testing.assert_allclose(out, 3.0 * x + y, rtol=1e-6)
+
+
+def test_a_kernel_file_imports_its_siblings(tmp_path):
+    """AWS's multi-core tensor-addition tutorial imports its single-core kernel from the file beside it."""
+    (tmp_path / "copy_helpers.py").write_text(
+        "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n\n\n"
+        "def copy_through_sbuf(x):\n"
+        "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x)\n"
+        "    nisa.dma_copy(dst=out, src=t)\n"
+        "    return out\n"
+    )
+    (tmp_path / "caller.py").write_text(
+        "from copy_helpers import copy_through_sbuf\n\n\ndef k(x):\n    return copy_through_sbuf(x)\n"
+    )
+    r = axon_in_process("nki", "run", f"{tmp_path / 'caller.py'}:k", "--input", "x=float32[32,64]")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "output 0: shape [32, 64] dtype float32"

@@ -192,3 +192,17 @@ def tiled_rows(x, times=1):
     for t in nl.affine_range(times):
         nisa.dma_copy(dst=out[t * R : (t + 1) * R], src=tile)
     return out
+
+
+@nki.jit
+def axpy(x, alpha, y):
+    """alpha * x + y (at most 128 rows): a non-tensor parameter between two tensors."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    b = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=b, src=y)
+    nisa.tensor_scalar(dst=a, data=a, op0=nl.multiply, operand0=alpha)
+    nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+    nisa.dma_copy(dst=out, src=a)
+    return out
