@@ -108,3 +108,13 @@ def test_a_kernel_file_imports_its_siblings(tmp_path):
     r = axon_in_process("nki", "run", f"{tmp_path / 'caller.py'}:k", "--input", "x=float32[32,64]")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "output 0: shape [32, 64] dtype float32"
+
+
+def test_overflow_on_random_inputs_is_said_once_without_numpy_warnings():
+    kernel = f"{KERNELS / 'current_api.py'}:axpy"
+    r = run_axon(
+        "nki", "run", kernel, "--input", "x=float32[64,256]", "--arg", "alpha=1e38", "--input", "y=float32[64,256]"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "output 0: shape [64, 256] dtype float32 (non-finite values)"
+    assert "Warning" not in r.stderr, r.stderr
