@@ -69,15 +69,18 @@ def test_a_bad_kernel_parameter_is_one_line_and_exit_2():
     assert r.returncode == 2 and "--arg times given twice" in r.stderr
 
 
+def _axpy(*alpha: str, run=axon_in_process):
+    """`axon nki run` of axpy(x, alpha, y) on [64, 256] inputs, with `alpha` options between them."""
+    kernel = f"{KERNELS / 'current_api.py'}:axpy"
+    return run("nki", "run", kernel, "--input", "x=float32[64,256]", *alpha, "--input", "y=float32[64,256]")
+
+
 def test_a_parameter_between_tensors_is_bound_by_name():
     """As AWS's layernorm tutorial kernel takes (input_tensor, epsilon, gamma_vector, beta_vector)."""
-    kernel = f"{KERNELS / 'current_api.py'}:axpy"
-    r = axon_in_process(
-        "nki", "run", kernel, "--input", "x=float32[64,256]", "--arg", "alpha=2.0", "--input", "y=float32[64,256]"
-    )
+    r = _axpy("--arg", "alpha=2.0")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "output 0: shape [64, 256] dtype float32"
-    r = axon_in_process("nki", "run", kernel, "--input", "x=float32[64,256]", "--input", "y=float32[64,256]")
+    r = _axpy()
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "kernel axpy needs 'alpha': give --input alpha=DTYPE[...] or --arg alpha=VALUE" in r.stderr
 
@@ -111,10 +114,7 @@ def test_a_kernel_file_imports_its_siblings(tmp_path):
 
 
 def test_overflow_on_random_inputs_is_said_once_without_numpy_warnings():
-    kernel = f"{KERNELS / 'current_api.py'}:axpy"
-    r = run_axon(
-        "nki", "run", kernel, "--input", "x=float32[64,256]", "--arg", "alpha=1e38", "--input", "y=float32[64,256]"
-    )
+    r = _axpy("--arg", "alpha=1e38", run=run_axon)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "output 0: shape [64, 256] dtype float32 (non-finite values)"
     assert "Warning" not in r.stderr, r.stderr
