@@ -130,7 +130,7 @@ def random_array(shape: tuple[int, ...], dtype: str, rng: Any) -> Any:
     return rng.standard_normal(shape).astype(as_dtype(dtype))
 
 
-ARG_HELP = "NAME=VALUE: a non-tensor parameter of the kernel (a Python literal), passed by keyword."
+ARG_HELP = "NAME=VALUE: a non-tensor parameter of the kernel (a Python literal), bound by its name."
 
 
 @click.group()
