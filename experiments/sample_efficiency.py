@@ -177,6 +177,13 @@ def main() -> None:
     ap.add_argument("--cache", default=str(RESULTS / "work" / "sim_cache.db"))
     ap.add_argument("--work", default=str(RESULTS / "work" / "sample_efficiency"), help="one JSON curve per run")
     ap.add_argument("--runs-only", action="store_true", help="measure the runs of --workloads, write no summary")
+    ap.add_argument(
+        "--at",
+        type=int,
+        default=None,
+        help="summarize the first AT measurements of each run (into sample_efficiency_atAT.md): those a run of "
+        "budget AT makes, except that TPE and random, allowed 4 asks per measurement, may have used more asks",
+    )
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -211,12 +218,14 @@ def main() -> None:
             )
     if args.runs_only:
         return
+    args.budget = args.at or args.trials
+    curves = {name: {s: [c[: args.budget] for c in runs] for s, runs in by.items()} for name, by in curves.items()}
 
     ratios, beats, rows = [], 0, []
     for name in names:
         best = min(min(c) for s in SAMPLERS for c in curves[name][s] if c)
         target = best * 1.05
-        need = {s: [to_within(c, target, args.trials) for c in curves[name][s]] for s in SAMPLERS}
+        need = {s: [to_within(c, target, args.budget) for c in curves[name][s]] for s in SAMPLERS}
         for cm, tpe in zip(need["costmodel"], need["tpe"]):
             ratios.append(tpe / cm)
         if statistics.median(need["costmodel"]) < statistics.median(need["random"]):
@@ -249,7 +258,9 @@ def _write(rows, curves, names, args, ratios, beats, transfers) -> None:
     lines = [
         "# Sample efficiency (trn1, sim backend, default shapes)",
         "",
-        f"Budget {args.trials} trials per run, {args.seeds} seeds. "
+        f"Budget {args.budget} measurements per run"
+        + (f" (the first {args.budget} of runs of {args.trials})" if args.budget != args.trials else "")
+        + f", {args.seeds} seeds. "
         "Measurements to reach within 5% of the best latency any "
         "method found (median over seeds; a run that never gets there counts as twice the budget).",
         "",
@@ -285,7 +296,8 @@ def _write(rows, curves, names, args, ratios, beats, transfers) -> None:
         + ".",
         "",
     ]
-    (RESULTS / "sample_efficiency.md").write_text("\n".join(lines))
+    stem = "sample_efficiency" + (f"_at{args.budget}" if args.budget != args.trials else "")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines))
     try:
         import matplotlib
 
@@ -306,7 +318,7 @@ def _write(rows, curves, names, args, ratios, beats, transfers) -> None:
             ax.set_ylabel("best latency (us)")
         axes[0].legend() if len(names) > 1 else axes.legend()
         fig.tight_layout()
-        fig.savefig(RESULTS / "sample_efficiency.png", dpi=100)
+        fig.savefig(RESULTS / f"{stem}.png", dpi=100)
     except Exception as exc:  # the table is the result; the plot is a convenience
         print(f"plot skipped: {exc}", file=sys.stderr)
 
