@@ -173,6 +173,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=48)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="with --runs-only: run seeds FIRST..SEEDS-1 (another process has the rest)",
+    )
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--cache", default=str(RESULTS / "work" / "sim_cache.db"))
     ap.add_argument("--work", default=str(RESULTS / "work" / "sample_efficiency"), help="one JSON curve per run")
@@ -202,7 +208,7 @@ def main() -> None:
     for name in names:
         problem = problem_for(name, hw)
         curves[name] = {s: [] for s in SAMPLERS}
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed if args.runs_only else 0, args.seeds):
             for sampler in SAMPLERS:
                 curves[name][sampler].append(
                     _kept(
