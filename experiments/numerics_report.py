@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import tempfile
 from pathlib import Path
 
+import checkout  # this repository's axon ahead of an installed one
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = checkout.REPO
 
 from axon.search.api import TuneRequest, tune  # noqa: E402
 from axon.search.checks import adversarial_check  # noqa: E402

@@ -13,14 +13,12 @@ alternatives of each fused group. Last line:
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
+import checkout  # this repository's axon ahead of an installed one
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = checkout.REPO
 
 from axon.ir import max_rel_error, reference_case  # noqa: E402
 from axon.lower import lower  # noqa: E402

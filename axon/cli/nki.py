@@ -1,7 +1,7 @@
 """`axon nki`: run kernel files in the emulator from the command line.
 
 `axon nki run FILE.py:FN --input a=float32[128,512] [--arg pool_size=2]` runs on random inputs
-(non-tensor parameters by keyword) and prints each
+(tensors and non-tensor parameters bound by name, see `bind`) and prints each
 output's shape and dtype (or the error, one line, exit 2). Other commands attach with
 `nki.add_command(...)` (the simulator adds `profile`); `parse_input_spec` and `kernel_args` are shared
 with them.
@@ -49,7 +49,7 @@ _ARG = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(.+)$", re.S)
 
 def parse_kernel_arg(text: str) -> tuple[str, Any]:
     """`"pool_size=2"` -> ("pool_size", 2): a kernel's non-tensor parameter, a Python literal (number,
-    bool, None, string, tuple or list) passed by keyword; NKIError on anything else.
+    bool, None, string, tuple or list); NKIError on anything else.
 
     >>> parse_kernel_arg("eps=1e-6"), parse_kernel_arg("axes=(1, 2)"), parse_kernel_arg("act='gelu'")
     (('eps', 1e-06), ('axes', (1, 2)), ('act', 'gelu'))
