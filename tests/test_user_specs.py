@@ -102,6 +102,28 @@ def test_tune_a_spec_by_relative_path_from_another_directory(layout):
     assert run.returncode == 0 and "output 0: shape [256, 128]" in run.stdout, run.stderr
 
 
+CENTRED = """import axon.spec as ax
+
+@ax.spec(x="M K", w="K N", g="M N")
+def swish_gate(x, w, g):
+    h = (x - ax.mean(x)) @ w
+    return h * (g / (1.0 + ax.exp(-g)))
+"""
+
+
+@pytest.mark.slow
+def test_a_bfloat16_spec_that_centres_rows_before_a_matmul_gets_a_checked_kernel(tmp_path):
+    """Its kernel feeds TensorE the centred rows in bfloat16, as every bfloat16 matmul kernel does; the
+    spec as written was held to float32 operands, so every kernel failed the adversarial check."""
+    (tmp_path / "gate.py").write_text(CENTRED)
+    result = axon_in_process(
+        "tune", "gate.py:swish_gate", "--shape", "M=128,K=128,N=128", "--dtype", "bfloat16", "--trials", "3",
+        "--no-track", "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r"adversarial: emulator in bfloat16 .* OK", result.stdout), result.stdout
+
+
 @pytest.mark.slow
 def test_tune_a_lambda_spec_by_absolute_path_through_the_python_api(layout, monkeypatch):
     from axon.search.api import TuneRequest, tune

@@ -23,6 +23,8 @@ class Arithmetic:
     float_type: type
     load: Callable[[np.ndarray], np.ndarray]
     cast: Callable[[np.ndarray, str], np.ndarray]
+    # what a matmul reads its operands as (TensorE takes them in the kernel's dtype); None: as they are
+    operand: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 FLOAT64 = Arithmetic(NumpyMath(), np.float64, lambda a: np.asarray(a, dtype=np.float64), lambda v, _dtype: v)
@@ -87,6 +89,8 @@ def _value(
     if op == "reduce":
         return _REDUCE[node.attr("kind")](args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims"))
     if op == "matmul":
+        if arithmetic.operand is not None:
+            return np.matmul(arithmetic.operand(args[0]), arithmetic.operand(args[1]))
         return np.matmul(args[0], args[1])
     if op == "transpose":
         return np.transpose(args[0], node.attr("axes"))

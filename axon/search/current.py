@@ -12,6 +12,7 @@ the records of that kernel.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from axon.errors import AxonError
@@ -45,10 +46,19 @@ class CurrentCode:
                 self._seen[key] = False
         return self._seen[key]
 
-    def best(self, records: list[Record]) -> Record | None:
-        """The fastest ok record that is current."""
+    def ranked(self, records: list[Record]) -> Iterator[Record]:
+        """The ok records that are current, fastest first, one per kernel (points that emit the same
+        kernel are one candidate)."""
         ok = sorted(
             ((r.latency_ns, r.id or 0, r) for r in records if r.status == "ok" and r.latency_ns is not None),
             key=lambda t: (t[0], t[1]),
         )
-        return next((r for _, _, r in ok if self(r)), None)
+        kernels: set[str] = set()
+        for _, _, r in ok:
+            if r.kernel_hash not in kernels and self(r):
+                kernels.add(r.kernel_hash)
+                yield r
+
+    def best(self, records: list[Record]) -> Record | None:
+        """The fastest ok record that is current."""
+        return next(self.ranked(records), None)

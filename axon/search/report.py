@@ -36,6 +36,7 @@ class TuneReport:
     adversarial: AdversarialReport | None = None  # the chosen kernel on the adversarial input classes
     fp_rejected: tuple[str, ...] = ()  # proved variants not offered: floating-point hazard, and why
     variant_id: str = ""  # the chosen variant's hash, as `axon variants` lists it
+    turned_down: tuple[str, ...] = ()  # faster measured kernels that failed the checks, fastest first, and why
 
     def summary(self) -> str:
         def us(ns: float | None) -> str:
@@ -67,6 +68,8 @@ class TuneReport:
                 f"worst rel err per input class: {self.adversarial.summary()} "
                 f"{'OK' if self.adversarial.ok else 'FAILED'}"
             )
+        for text in self.turned_down:
+            lines.append(f"  turned down (checks): {text}")
         for text in self.fp_rejected:
             lines.append(f"  not offered (floating point): {text}")
         return "\n".join(lines)

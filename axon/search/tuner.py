@@ -9,7 +9,7 @@ repeating a measurement.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -215,6 +215,10 @@ class Tuner:
     def best(self) -> Record | None:
         """The fastest measured kernel of this task that the current code still emits."""
         return self.current.best(self.db.records(task=self.task))
+
+    def ranked(self) -> Iterator[Record]:
+        """This task's measured kernels that the current code still emits, fastest first."""
+        return self.current.ranked(self.db.records(task=self.task))
 
     def _trial(self, study: Any, sampler: Any, dists: dict[str, Any], best: float | None, pinned: bool) -> TrialLog:
         """Ask, measure (or refuse) one point, run the callbacks, then tell Optuna."""

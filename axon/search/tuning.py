@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,15 @@ def best_timeline(cand: Any, r: TuneRequest, kernels: Path, graph: Any, n_worker
 def cancel_all(children: dict[str, Ahead[Any]]) -> None:
     for child in children.values():
         child.cancel()
+
+
+# the measured kernels checked against the reference before a run gives up on them, and how many of
+# the fastest it chooses among
+CHECKED_AT_MOST, CANDIDATES_AT_MOST = 8, 64
+
+
+class CheckFailed(AxonError):
+    """A kernel failed the numerics or the adversarial check; the message says which and by how much."""
 
 
 class TuneInterrupted(KeyboardInterrupt):
@@ -142,17 +152,40 @@ def _tune(
     def checked_kernel(point: dict[str, Any]) -> tuple[Any, Any, Any, Path]:
         numerics = numerics_check(problem, point, seed=r.seed, directory=kernels) if r.check else None
         if numerics is not None and not numerics.ok:
-            raise AxonError(
-                f"{w.name}: the best kernel does not match the reference (max rel err {numerics.max_rel_err:.2e})"
-            )
+            raise CheckFailed(f"does not match the reference (max rel err {numerics.max_rel_err:.2e})")
         adversarial = adversarial_check(problem, point, kernels, seed=r.seed) if r.check else None
         if adversarial is not None and not adversarial.ok:
-            raise AxonError(f"{w.name}: the best kernel fails the adversarial numerics check: {adversarial.failure()}")
+            raise CheckFailed(f"fails the adversarial numerics check: {adversarial.failure()}")
         cand = problem.build(point)
         kernel_path = kernel_out_path(r.out, workdir, w.kernel_name, r.hw.name, cand.kernel_hash)
         kernel_path.parent.mkdir(parents=True, exist_ok=True)
         kernel_path.write_text(cand.source)
         return cand, numerics, adversarial, kernel_path
+
+    def first_checked(ranked: Iterator[Any]) -> tuple[Any, tuple[Any, Any, Any, Path], tuple[str, ...]]:
+        """The fastest measured kernel that passes the checks, checked and written; the faster ones
+        the checks turned down, each with why. Accuracy is mostly a property of the variant (its
+        algebra), so after a failure the fastest kernel of a variant that has failed less goes
+        first; `CHECKED_AT_MOST` failures end the run with the first one's reason."""
+        pool = list(islice(ranked, CANDIDATES_AT_MOST))
+        failures: Counter[int] = Counter()
+        turned_down: list[str] = []
+        first_failure = ""
+        while pool and len(turned_down) < CHECKED_AT_MOST:
+            record = min(pool, key=lambda c: (failures[int(c.point.get("variant", 0))], c.latency_ns))
+            pool.remove(record)
+            point = dict(record.point)
+            try:
+                return record, checked_kernel(point), tuple(turned_down)
+            except CheckFailed as exc:
+                first_failure = first_failure or str(exc)
+                failures[int(point.get("variant", 0))] += 1
+                moves = " + ".join(m.name for m in problem.variants[int(point.get("variant", 0))].moves)
+                turned_down.append(f"{(record.latency_ns or 0) / 1e3:,.1f} us ({moves or 'as written'}): {exc}")
+        if not turned_down:
+            raise AxonError(f"{w.name}: no measured kernel is emitted by the current code")
+        others = f"; so do the next {len(turned_down) - 1} kernels checked" if len(turned_down) > 1 else ""
+        raise AxonError(f"{w.name}: the best kernel {first_failure}{others}")
 
     def run_with(run: Any) -> TuneReport:
         own: list[Callback] = [MlflowMetrics(run)] if run is not None else []
@@ -185,7 +218,10 @@ def _tune(
                 raise TuneInterrupted(
                     f"{w.name}: interrupted before any valid measurement; no kernel written"
                 ) from None
-            kernel_path = checked_kernel(dict(best.point))[3]
+            try:
+                best, (_, _, _, kernel_path), _ = first_checked(tuner.ranked())
+            except AxonError as exc:
+                raise TuneInterrupted(f"interrupted; {exc}; no kernel written") from None
             raise TuneInterrupted(
                 f"{w.name}: interrupted; best so far {(best.latency_ns or 0) / 1e3:,.1f} us, kernel: {kernel_path}",
                 str(kernel_path),
@@ -199,15 +235,19 @@ def _tune(
             raise AxonError(
                 f"{w.name}: no trial produced a valid measurement: {failure_summary(result.trials, result.failed)}"
             )
-        best_point = dict(result.best.point)
-        # the best kernel's timeline, drawn by a forked child (two workers) while the kernel is checked
+        # the fastest kernel's timeline, drawn by a forked child (two workers) while the kernel is checked
         timeline = None
         if run is not None:
-            cand = problem.build(best_point)
-            timeline = early_timeline.pop(cand.kernel_hash, None) or best_timeline(cand, r, kernels, graph, n_workers)
+            fastest = problem.build(dict(result.best.point))
+            timeline = early_timeline.pop(fastest.kernel_hash, None)
+            timeline = timeline or best_timeline(fastest, r, kernels, graph, n_workers)
         cancel_all(early_timeline)
         try:
-            cand, numerics, adversarial, kernel_path = checked_kernel(best_point)
+            chosen, (cand, numerics, adversarial, kernel_path), turned_down = first_checked(tuner.ranked())
+            if turned_down and timeline is not None:  # the checks turned the fastest down: the chosen one's
+                timeline.cancel()
+                timeline = best_timeline(cand, r, kernels, graph, n_workers)
+            best_point = dict(chosen.point)
             keep_baselines(early, meter, r.hw)
             unfused = baseline_latency(problem, meter, db, problem.unfused_point(0), "unfused")
             expert = expert_latency(w.name, graph, r.hw, meter)
@@ -220,7 +260,7 @@ def _tune(
                 meter.name,
                 r.sampler,
                 r.seed,
-                result.best.latency_ns,
+                chosen.latency_ns,
                 best_point,
                 problem.describe(best_point),
                 str(kernel_path),
@@ -239,6 +279,7 @@ def _tune(
                 adversarial,
                 tuple(x.describe() for x in fp_rejected),
                 variant.hash,
+                turned_down,
             )
             if run is not None and timeline is not None:
                 booster = model.booster if model.is_trained else None

@@ -1,9 +1,10 @@
 """Adversarial numerics: a graph evaluated the way a kernel computes it, on inputs chosen to hurt.
 
 A kernel of dtype D reads and writes D but computes every intermediate in float32 (the lowering keeps
-tiles and scratch in float32), so `evaluate_in` rounds inputs and outputs to D and computes in
-float32. The input classes (large offsets, large magnitudes, one dominant element per row,
-near-constant rows, values at the edge of the range) live inside each input's range: the declared
+tiles and scratch in float32) except a matmul's operands, which TensorE reads in D, so `evaluate_in`
+rounds inputs, outputs and matmul operands to D and computes in float32. The input classes (large
+offsets, large magnitudes, one dominant element per row, near-constant rows, values at the edge of
+the range) live inside each input's range: the declared
 `ax.tensor(..., range=...)`, or else the largest magnitude at which the spec as written stays
 accurate in D (`derived_range`). This checks variants by measurement; `axon.verify.ranges` bounds
 them by analysis. Neither knows the other.
@@ -61,12 +62,16 @@ class _F32(NumpyMath):
 
 
 def _in_kernel(dtype: str) -> Arithmetic:
-    """A `dtype` kernel's arithmetic: inputs rounded to `dtype`, every intermediate in float32."""
+    """A `dtype` kernel's arithmetic: inputs rounded to `dtype`, every intermediate in float32 but a
+    matmul's operands, which TensorE reads in `dtype` (the lowerings keep a computed operand, such
+    as normalized rows or softmax probabilities, in the weights' dtype)."""
+    rounded = (lambda a: quantize(a, dtype).astype(np.float32)) if dtype != "float32" else None
     return Arithmetic(
         _F32(),
         np.float32,
         lambda a: quantize(a, dtype).astype(np.float32),
         lambda v, to: quantize(v, to).astype(np.float32),
+        rounded,
     )
 
 

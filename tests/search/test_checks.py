@@ -68,3 +68,35 @@ def test_summary_shows_the_spec_as_written_where_the_kernel_is_held_to_it():
     fine = ClassFigure("typical", 2e-7, 1.8e-7, 1e-5, "typical")
     text = AdversarialReport({"M": 8}, "float32", {}, (fine, held)).summary()
     assert text == "typical 2.0e-07, magnitude 1.0e+00 (magnitude(all inputs): as written 1.0e+00)"
+
+
+def _unsafe_first(graph, depth=4, max_variants=24, rejected=None):
+    """The softmax variants with the unsafe one (no max shift) first and unscreened, as a floating-point
+    gate that missed it would leave them: its kernels are the fastest and fail the adversarial check."""
+    found = discover_variants(graph, max_depth=1, exclude=frozenset({"split-tiles"}))
+    by_moves = {" + ".join(m.name for m in v.moves): v for v in found}
+    return [by_moves["unshift-exp"], by_moves[""]]
+
+
+def test_a_fastest_kernel_that_fails_the_checks_gives_way_to_the_fastest_that_passes(tmp_path, monkeypatch):
+    from axon.search import tuning
+    from axon.search.api import TuneRequest, tune
+
+    monkeypatch.setattr(tuning, "verified_variants", _unsafe_first)
+    report = tune(TuneRequest.make("softmax", preset="small", trials=6, workdir=tmp_path, track=False))
+    assert report.moves == () and report.adversarial is not None and report.adversarial.ok
+    assert report.turned_down, "the unsafe kernels are the fastest measured: the checks turned at least one down"
+    assert all("(unshift-exp): fails the adversarial numerics check" in t for t in report.turned_down)
+    assert "turned down (checks): " in report.summary()
+    assert report.kernel_path.endswith(".py") and "max" in open(report.kernel_path).read()
+
+
+def test_when_every_kernel_checked_fails_the_run_says_so_and_writes_none(tmp_path, monkeypatch):
+    from axon.errors import AxonError
+    from axon.search import tuning
+    from axon.search.api import TuneRequest, tune
+
+    monkeypatch.setattr(tuning, "verified_variants", lambda graph, *a, **k: _unsafe_first(graph)[:1])
+    with pytest.raises(AxonError, match=r"the best kernel fails the adversarial numerics check: .*offset.*"):
+        tune(TuneRequest.make("softmax", preset="small", trials=3, workdir=tmp_path, track=False))
+    assert not list((tmp_path / "kernels").glob("*.py"))

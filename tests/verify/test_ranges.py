@@ -121,6 +121,24 @@ def test_the_dtype_evaluator_computes_in_float32_and_rounds_outputs_to_the_dtype
     assert not np.array_equal(out, evaluate_in(g, {"x": x}, "float32")["out"])
 
 
+@ax.spec(x="M K", w="K N")
+def _centred_matmul(x, w):
+    return (x - ax.mean(x)) @ w
+
+
+def test_the_dtype_evaluator_reads_a_computed_matmul_operand_in_the_dtype_as_tensore_does():
+    """A bfloat16 kernel keeps the centred rows it feeds TensorE in bfloat16 (`lower/matmul.py`: the
+    stationary tiles take the weights' dtype), so the spec as written is evaluated that way too."""
+    g = trace(_centred_matmul, M=128, K=128, N=64, dtype="bfloat16")
+    rng = np.random.default_rng(0)
+    x, w = quantize(rng.uniform(-1, 1, (128, 128)), "bfloat16"), quantize(rng.uniform(-1, 1, (128, 64)), "bfloat16")
+    centred = x.astype(np.float32) - x.astype(np.float32).mean(axis=-1, keepdims=True)
+    as_tensore = quantize(quantize(centred, "bfloat16") @ w, "bfloat16")
+    np.testing.assert_allclose(evaluate_in(g, {"x": x, "w": w}, "bfloat16")["out"], as_tensore, rtol=1e-6)
+    g32 = trace(_centred_matmul, M=128, K=128, N=64)
+    assert not np.allclose(evaluate_in(g32, {"x": x, "w": w}, "float32")["out"], as_tensore, rtol=1e-6, atol=0)
+
+
 def test_adversarial_check_measures_what_the_issue_reported():
     g = get("softmax").graph("small")
     check = AdversarialCheck(g, "float32")
