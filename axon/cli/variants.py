@@ -42,7 +42,7 @@ def variants(
 
     w = get(workload)
     dims = parse_shape_option(shape)
-    graph = w.symbolic().bind(**dims) if dims else w.symbolic()
+    graph = w.symbolic(dtype).bind(**dims) if dims else w.symbolic(dtype)
     found = discover(graph, max_depth=depth, timeout_s=timeout_s, max_variants=max_variants)
     numbers, why_not, rejected, note = _tune_numbering(w, preset, dtype, dims, hw)
     for i, v in enumerate(found.variants):

@@ -37,15 +37,18 @@ def test_variants_lists_floating_point_rejections_with_their_reason():
 
 
 @pytest.mark.slow
-def test_variants_numbers_a_variant_as_tune_reports_it(tmp_path):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_variants_numbers_a_variant_as_tune_reports_it(tmp_path, dtype):
     import re
 
     from axon.search.api import TuneRequest, tune
 
     report = tune(
-        TuneRequest.make("rmsnorm_matmul", preset="small", trials=4, workdir=tmp_path, track=False, check=False)
+        TuneRequest.make(
+            "rmsnorm_matmul", preset="small", dtype=dtype, trials=4, workdir=tmp_path, track=False, check=False
+        )
     )
-    out = _run("rmsnorm_matmul", "--preset", "small")
+    out = _run("rmsnorm_matmul", "--preset", "small", "--dtype", dtype)
     assert out.returncode == 0, out.stderr
     listed = re.findall(r"^== variant (\S+)  id (\w+)", out.stdout, re.M)
     by_id = {h: n for n, h in listed}
