@@ -29,7 +29,6 @@ from axon.nki.instructions import (
     scalar_tensor_tensor,
     tensor_copy,
     tensor_engine,
-    tensor_reduce,
     tensor_scalar,
     tensor_scalar_reduce,
     tensor_tensor,
@@ -110,23 +109,31 @@ def iota(dst: Any, pattern: Any, offset: int = 0, channel_multiplier: int = 0, n
     return I.iota(dst, pattern, offset)
 
 
+def tensor_reduce(
+    dst: Any, op: Any, data: Any, axis: Any, negate: bool = False, keepdims: bool = False, name: Any = None, **kw: Any
+) -> Any:
+    """`nisa.tensor_reduce(dst, op, data, axis, negate=False, keepdims=False)`: the reduction axes
+    must be the last contiguous free axes, ending at the final one (Neuron 2.31)."""
+    return I.tensor_reduce(dst, op, data, axis, negate, keepdims, axes_rule="current", **kw)
+
+
 def affine_select(
     dst: Any,
     pattern: Any,
+    offset: Any = 0,
     channel_multiplier: Any = 0,
     on_true_tile: Any = None,
     on_false_value: Any = None,
     cmp_op: Any = None,
-    offset: int = 0,
     name: Any = None,
 ) -> Any:
-    """`nisa.affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=nl.equal,
-    offset=0)` (Neuron 2.30); `affine_select(dst, pred, on_true_tile, on_false_value)` with an
-    `nl.arange` predicate keeps the older form."""
+    """`nisa.affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value,
+    cmp_op=nl.equal)` (the documented order); `affine_select(dst, pred, on_true_tile, on_false_value)`
+    with an `nl.arange` predicate keeps the older form."""
     if not isinstance(pattern, (list, tuple)):
-        if on_false_value is None and not isinstance(channel_multiplier, (int, float)):
+        if on_true_tile is None and not isinstance(offset, (int, float)):
             # older positional form: (dst, pred, on_true_tile, on_false_value)
-            channel_multiplier, on_true_tile, on_false_value = 0, channel_multiplier, on_true_tile
+            on_true_tile, on_false_value = offset, channel_multiplier
         return I.affine_select(dst, pattern, on_true_tile, on_false_value)
     return I.affine_select(
         dst,

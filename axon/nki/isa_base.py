@@ -14,7 +14,7 @@ from axon.nki.dtypes import as_dtype
 from axon.nki.indexing import Predicate
 from axon.nki.machine import Machine
 from axon.nki.memory import View
-from axon.target.isa import ISA, NUMPY_FP32
+from axon.target.isa import BITVEC, ISA, NUMPY_FP32
 
 M = NUMPY_FP32
 
@@ -73,6 +73,44 @@ def _val(x: Any) -> Any:
     return np.float32(x)
 
 
+def _ival(x: Any) -> Any:
+    """Integer values of a view (or an integer scalar): what bitvec operators compute on."""
+    if isinstance(x, View):
+        return x.alloc.data[x.np_index()].astype(np.int64)  # type: ignore[index]
+    return np.int64(x)
+
+
+def _bitvec(m: Machine, opcode: str, ops: tuple[str, ...], eng: str, views: list[Any], site: tuple[str, int]) -> bool:
+    """Whether `ops` hold a bitvec operator (nl.bitwise_and, ...). Those run on the Vector Engine
+    only, on integer tiles (Supported Math Operators for NKI ISA)."""
+    bits = [op for op in ops if op in BITVEC]
+    if not bits:
+        return False
+    if eng != "vector":
+        raise m.fail(
+            "bitvec operator engine", f"{opcode} with {bits[0]} runs on the Vector Engine only, not {eng}", site
+        )
+    for v in views:
+        if isinstance(v, View) and not np.issubdtype(v.dtype, np.integer):
+            raise m.fail(
+                "bitvec operator dtype", f"{opcode} with {bits[0]} takes integer tiles, {v!r} is {v.dtype}", site
+            )
+    return True
+
+
+def _reduce_axes(m: Machine, axes: tuple[int, ...], ndim: int, last: bool, site: tuple[str, int]) -> None:
+    """nki.isa.tensor_reduce's axes are consecutive free axes: in the current API they end at the
+    final axis (`last`); the legacy page also allows them to start at axis 1."""
+    lo, hi = min(axes), max(axes)
+    if sorted(set(axes)) != list(range(lo, hi + 1)) or (hi != ndim - 1 and (last or lo != 1)):
+        raise m.fail(
+            "reduce axes",
+            f"tensor_reduce axis={axes} of a {ndim}-D tile: the reduction axes must be the last contiguous free "
+            f"axes, ending at the final axis ({ndim - 1})",
+            site,
+        )
+
+
 def _write(m: Machine, dst: View, value: Any, opcode: str, site: tuple[str, int]) -> None:
     value = np.asarray(value)
     if value.shape != dst.shape:
@@ -123,6 +161,12 @@ def _same_count(m: Machine, a: View, b: View, opcode: str, site: tuple[str, int]
     both_on_chip = a.alloc.kind != "hbm" and b.alloc.kind != "hbm"
     if int(math.prod(a.shape)) != int(math.prod(b.shape)) or (both_on_chip and a.partitions != b.partitions):
         raise m.fail("shape mismatch", f"{opcode}: {list(a.shape)} vs {list(b.shape)}", site)
+
+
+def _not_both_psum(m: Machine, opcode: str, a: Any, b: Any, roles: str, site: tuple[str, int]) -> None:
+    """Two tile inputs of a VectorE/GpSimd instruction may not both be read from PSUM."""
+    if isinstance(a, View) and isinstance(b, View) and a.alloc.kind == "psum" and b.alloc.kind == "psum":
+        raise m.fail(f"{opcode} inputs both in PSUM", f"at most one input of {opcode} may be in PSUM ({roles})", site)
 
 
 def _simple(

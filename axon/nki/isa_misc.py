@@ -11,7 +11,7 @@ import numpy as np
 from axon.nki.context import active, kernel_site
 from axon.nki.dtypes import float32
 from axon.nki.indexing import IndexExpr, Predicate
-from axon.nki.isa_base import M, _empty, _engine, _masked, _new, _same_count, _simple, _val, op_name
+from axon.nki.isa_base import M, _empty, _engine, _masked, _new, _not_both_psum, _same_count, _simple, _val, op_name
 from axon.nki.isa_vector import _vec
 from axon.nki.machine import Machine
 from axon.nki.memory import View
@@ -205,6 +205,7 @@ def tensor_tensor_scan(
     f0, f1 = op_name(op0), op_name(op1)
     if dst is None:
         dst = _new(m, data0.shape, dtype or data0.dtype)
+    _not_both_psum(m, "tensor_tensor_scan", data0, data1, "data0 and data1", site)
     reads = [("data0", data0), ("data1", data1)] + ([("initial", initial)] if isinstance(initial, View) else [])
 
     def compute() -> Any:
@@ -246,6 +247,13 @@ def bn_stats(dst: View | None, data: View, mask: Predicate | None = None, dtype:
 def bn_aggr(dst: View | None, data: View, mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
     """Aggregate bn_stats records [P, 6*G] into [P, 2] = mean, variance (VectorE)."""
     m, site = active(), kernel_site()
+    if data.free_size % 3:
+        raise m.fail(
+            "bn_aggr data",
+            f"bn_aggr data {data!r} has {data.free_size} elements per partition, "
+            "not a multiple of 3 ([count, mean, M2] records of bn_stats)",
+            site,
+        )
     if dst is None:
         dst = _new(m, (data.shape[0], 2), dtype or float32)
     (data,) = _masked(mask, data)

@@ -9,7 +9,22 @@ import numpy as np
 
 from axon.nki.context import active, kernel_site
 from axon.nki.indexing import Predicate
-from axon.nki.isa_base import M, _empty, _engine, _masked, _new, _same_count, _simple, _val, _write, op_name
+from axon.nki.isa_base import (
+    M,
+    _bitvec,
+    _empty,
+    _engine,
+    _ival,
+    _masked,
+    _new,
+    _not_both_psum,
+    _reduce_axes,
+    _same_count,
+    _simple,
+    _val,
+    _write,
+    op_name,
+)
 from axon.nki.machine import Machine
 from axon.nki.memory import View
 from axon.target import isa as T
@@ -18,11 +33,11 @@ from axon.target.isa import REDUCE_ALIASES, sem_activation
 # ---- ScalarE / VectorE / GpSimd ----------------------------------------------------------------
 
 
-def _vec(x: Any, ref: View) -> Any:
-    """A scalar operand or a [P, 1] vector broadcast along ref's free axes."""
+def _vec(x: Any, ref: View, val: Any = _val) -> Any:
+    """A scalar operand or a [P, 1] vector broadcast along ref's free axes (fp32, or `_ival`'s integers)."""
     if isinstance(x, View):
-        return _val(x).reshape((x.shape[0],) + (1,) * (len(ref.shape) - 1))
-    return np.float32(x)
+        return val(x).reshape((x.shape[0],) + (1,) * (len(ref.shape) - 1))
+    return val(x)
 
 
 def activation(
@@ -90,6 +105,13 @@ def _activation(
         return dst
     _same_count(m, dst, data, opcode, site)
     reads = [("data", data)] + [(r, v) for r, v in (("bias", bias), ("scale", scale)) if isinstance(v, View)]
+    for role, v in reads[1:]:
+        if v.free_size != 1:
+            raise m.fail(
+                f"activation {role} shape",
+                f"{role} {v!r} must hold one element per partition ([P, 1]), not {v.free_size}",
+                site,
+            )
     extra = [("reduce_res", reduce_res)] if reduce_res is not None else []
     if extra:
         opcode = "activation_reduce"
@@ -167,14 +189,14 @@ def tensor_tensor(
         return dst
     _same_count(m, data1, data2, "tensor_tensor", site)
     _same_count(m, dst, data1, "tensor_tensor", site)
-    if data1.alloc.kind == "psum" and data2.alloc.kind == "psum":
-        raise m.fail("tensor_tensor inputs both in PSUM", "at most one input of tensor_tensor may be in PSUM", site)
+    _not_both_psum(m, "tensor_tensor", data1, data2, "data1 and data2", site)
+    val = _ival if _bitvec(m, "tensor_tensor", (fn,), eng, [data1, data2, dst], site) else _val
     return _simple(
         "tensor_tensor",
         eng,
         dst,
         [("data1", data1), ("data2", data2)],
-        lambda: T.sem_tensor_tensor(M, _val(data1), _val(data2), fn),
+        lambda: T.sem_tensor_tensor(M, val(data1), val(data2), fn),
         (("op", fn),),
         data1,
         site,
@@ -208,6 +230,7 @@ def tensor_scalar(
     if _empty(dst, data):
         return dst
     _same_count(m, dst, data, "tensor_scalar", site)
+    val = _ival if _bitvec(m, "tensor_scalar", (f0, f1 or ""), eng, [data, operand0, operand1, dst], site) else _val
     reads = [("data", data)] + [
         (r, v) for r, v in (("operand0", operand0), ("operand1", operand1)) if isinstance(v, View)
     ]
@@ -218,12 +241,12 @@ def tensor_scalar(
         reads,
         lambda: T.sem_tensor_scalar(
             M,
-            _val(data),
+            val(data),
             f0,
-            _vec(operand0, data),
+            _vec(operand0, data, val),
             reverse0,
             f1,
-            None if f1 is None else _vec(operand1, data),
+            None if f1 is None else _vec(operand1, data, val),
             reverse1,
         ),
         (("op0", f0), ("op1", f1 or "")),
@@ -295,6 +318,7 @@ def scalar_tensor_tensor(
     (dst,) = _masked(mask, dst)
     _same_count(m, dst, data, "scalar_tensor_tensor", site)
     _same_count(m, operand1, data, "scalar_tensor_tensor", site)
+    _not_both_psum(m, "scalar_tensor_tensor", data, operand1, "data and operand1", site)
     reads = (
         [("data", data)] + ([("operand0", operand0)] if isinstance(operand0, View) else []) + [("operand1", operand1)]
     )
@@ -329,9 +353,12 @@ def tensor_reduce(
     mask: Predicate | None = None,
     dtype: Any = None,
     name: Any = None,
+    axes_rule: str = "",
     **_: Any,
 ) -> View:
-    """Reduce `data` along free axes `axis` (add, max, min, multiply), optionally negated."""
+    """Reduce `data` along free axes `axis` (add, max, min, multiply), optionally negated; `axes_rule`
+    ("current" / "legacy") holds the axes to that nki.isa.tensor_reduce page's rule (nl.sum & co. take
+    any free axes: the compiler lowers them through the access pattern)."""
     m, site = active(), kernel_site()
     kind = REDUCE_ALIASES.get(op_name(op))
     if kind is None:
@@ -341,6 +368,8 @@ def tensor_reduce(
         raise m.fail(
             "reduce over partitions", "tensor_reduce reduces free axes only (axis 0 is the partition axis)", site
         )
+    if axes_rule:
+        _reduce_axes(m, axes, len(data.shape), axes_rule == "current", site)
     out_shape = (
         tuple(1 if a in axes else s for a, s in enumerate(data.shape))
         if keepdims

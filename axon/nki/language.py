@@ -137,11 +137,11 @@ class Op:
 
     def __init__(self, name: str, kind: str) -> None:
         self.isa_name = name
-        self.kind = kind  # "alu" | "act" | "reduce"
+        self.kind = kind  # "alu" | "bitvec" (integer tiles) | "act" | "reduce"
         self.__name__ = name
 
     def __call__(self, *args: Any, **kw: Any) -> Any:
-        if self.kind == "alu":
+        if self.kind in ("alu", "bitvec"):
             return _binary(self.isa_name, *args, **kw)
         if self.kind == "act":
             return _unary(self.isa_name, *args, **kw)
@@ -156,6 +156,21 @@ maximum, minimum, power = Op("maximum", "alu"), Op("minimum", "alu"), Op("power"
 greater, greater_equal, less = Op("greater", "alu"), Op("greater_equal", "alu"), Op("less", "alu")
 less_equal, equal, not_equal = Op("less_equal", "alu"), Op("equal", "alu"), Op("not_equal", "alu")
 bypass = Op("bypass", "alu")
+# bitvec operators (integer tiles, Vector Engine); np.bitwise_and etc. name the same ops
+bitwise_and, bitwise_or = Op("bitwise_and", "bitvec"), Op("bitwise_or", "bitvec")
+bitwise_xor, left_shift, right_shift = (
+    Op("bitwise_xor", "bitvec"),
+    Op("left_shift", "bitvec"),
+    Op("right_shift", "bitvec"),
+)
+
+
+def invert(x: View, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
+    """Bitwise NOT of an integer tile (nl.invert), one VectorE tensor_scalar."""
+    return I.tensor_scalar(None, x, "invert", 0, mask=_mask(mask), dtype=dtype, engine="vector")
+
+
+invert.isa_name = "invert"  # type: ignore[attr-defined]  # also usable as op= of nki.isa instructions
 exp, log, sqrt, rsqrt = Op("exp", "act"), Op("log", "act"), Op("sqrt", "act"), Op("rsqrt", "act")
 square, reciprocal, tanh, sigmoid = (
     Op("square", "act"),
@@ -213,13 +228,20 @@ def matmul(x: View, y: View, transpose_x: bool = False, mask: Predicate | None =
 
 
 def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
-    """condition ? x : y as two VectorE instructions: y + condition * (x - y)."""
+    """condition ? x : y as three VectorE instructions: y + condition * (x - y); y is a tile or a
+    number (a tensor_scalar then)."""
     m = active()
-    if not isinstance(x, View) or not isinstance(y, View):
-        raise m.fail("nl.where", "nl.where takes tiles for x and y here; use nisa.affine_select for index predicates")
-    diff = I.tensor_tensor(None, x, y, "subtract", dtype=float32)
+    if not isinstance(x, View):
+        raise m.fail("nl.where", "x of nl.where must be a tile (y may be a tile or a number)")
+    if isinstance(y, View):
+        diff = I.tensor_tensor(None, x, y, "subtract", dtype=float32)
+    else:
+        diff = I.tensor_scalar(None, x, "subtract", y, dtype=float32)
     sel = I.tensor_tensor(None, diff, condition, "multiply", dtype=float32)
-    out = I.tensor_tensor(None, sel, y, "add", dtype=dtype or x.dtype, mask=mask)
+    if isinstance(y, View):
+        out = I.tensor_tensor(None, sel, y, "add", dtype=dtype or x.dtype, mask=mask)
+    else:
+        out = I.tensor_scalar(None, sel, "add", y, dtype=dtype or x.dtype, mask=mask)
     if m.execute:
         # A select, exactly: y + c * (x - y) rounds in fp32, and the result is x or y itself.
         box = out if out.alloc.last_write is None else View(out.alloc, *_box(out.alloc.last_write))
@@ -231,6 +253,26 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
             else pick[tuple(slice(0, n) for n in box.shape)]
         )
     return out
+
+
+def softmax(
+    x: View, axis: Any = -1, dtype: Any = None, compute_dtype: Any = None, mask: Predicate | None = None, **_: Any
+) -> View:
+    """exp(x - max) / sum(exp(x - max)) along the free axes, as the hardware computes it: a negated
+    max reduction (VectorE), exp with that as bias summing as it goes (ScalarE), reciprocal, multiply."""
+    m = active()
+    axes = I._axes(axis, x.ndim)
+    if 0 in axes:
+        raise m.fail("nl.softmax axis", f"axis={axis}: softmax runs along free axes, not the partition axis (0)")
+    if sorted(axes) != list(range(1, x.ndim)):
+        raise m.fail("nl.softmax axis", f"softmax over axis={axis} of a {list(x.shape)} tile (not all its free axes)")
+    if mask is not None:
+        raise m.fail("nl.softmax mask", "a masked nl.softmax is not emulated (slice the tile instead)")
+    neg_max = I.tensor_reduce(None, "max", x, axes, negate=True, keepdims=True, dtype=float32)
+    e, total = I._new(m, x.shape, float32), I._new(m, (x.shape[0], 1), float32)
+    I.activation(e, "exp", x, bias=neg_max, reduce_res=total)
+    inv = I.reciprocal(None, total, dtype=float32)
+    return I.tensor_scalar(None, e, "multiply", inv, dtype=dtype or compute_dtype or x.dtype)
 
 
 def _box(v: View) -> tuple[Any, ...]:

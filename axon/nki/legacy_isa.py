@@ -220,7 +220,7 @@ def tensor_reduce(
     keepdims: bool = False,
     **kw: Any,
 ) -> View:
-    return I.tensor_reduce(None, op, data, axis, negate, keepdims, mask=mask, dtype=dtype)
+    return I.tensor_reduce(None, op, data, axis, negate, keepdims, mask=mask, dtype=dtype, axes_rule="legacy")
 
 
 def tensor_copy(src: View, mask: Predicate | None = None, dtype: Any = None, engine: Any = None, **kw: Any) -> View:

@@ -18,6 +18,7 @@ from axon.target.costs import CYCLES
 from axon.target.semantics import (
     ACTIVATION,
     ALU,
+    BITVEC,
     NUMPY_FP32,
     REDUCE_ALIASES,
     REDUCE_KINDS,
@@ -238,6 +239,7 @@ __all__ = [
     "SBUF",
     "ACTIVATION",
     "ALU",
+    "BITVEC",
     "Fp32Math",
     "NUMPY_FP32",
     "REDUCE_ALIASES",

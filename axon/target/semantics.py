@@ -80,6 +80,23 @@ ALU: dict[str, Callable[..., Any]] = {
     "bypass": lambda m, a, b: a,
 }
 
+
+def _bits(f: Callable[[Any, Any, Any], Any]) -> Callable[..., Any]:
+    """A bitvec operator (nl.bitwise_and, ...): VectorE treats the integer inputs as bit patterns,
+    with no cast to fp32 (`_ival` in the emulator hands it integers)."""
+    return lambda m, a, b: f(m.np, m.np.asarray(a).astype(m.np.int64), m.np.asarray(b).astype(m.np.int64))
+
+
+BITVEC: dict[str, Callable[..., Any]] = {
+    "bitwise_and": _bits(lambda np, a, b: np.bitwise_and(a, b)),
+    "bitwise_or": _bits(lambda np, a, b: np.bitwise_or(a, b)),
+    "bitwise_xor": _bits(lambda np, a, b: np.bitwise_xor(a, b)),
+    "left_shift": _bits(lambda np, a, b: np.left_shift(a, b)),
+    "right_shift": _bits(lambda np, a, b: np.right_shift(a, b)),
+    "invert": _bits(lambda np, a, b: np.invert(a)),  # unary: the operand is ignored
+}
+ALU.update(BITVEC)
+
 # Reductions an instruction's reduce_op / tensor_reduce op may name, with their identity.
 REDUCE_KINDS = {"add": 0.0, "max": float("-inf"), "min": float("inf"), "multiply": 1.0}
 # nl.max / nl.min as ALU op names mean maximum / minimum; as reduce ops they are max / min.

@@ -1070,6 +1070,67 @@ def test_language_reductions(P, A, B, dtype, name, keepdims, seed):
     )
 
 
+LANG_BITVEC = {
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift,
+    "right_shift": np.right_shift,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LANG_BITVEC))
+@PER_OP
+@given(
+    P=partitions,
+    Fs=free_sizes,
+    dtype=st.sampled_from(["int32", "uint16", "int8"]),
+    form=st.sampled_from(["tiles", "scalar_right", "vector"]),
+    seed=st.integers(0, 2**16),
+)
+def test_language_bitvec_ops(P, Fs, dtype, name, form, seed):
+    """nl.bitwise_and(x, y) etc. on integer tiles: bit patterns, no fp32 cast (nki.language.<op>;
+    Supported Math Operators for NKI ISA: bitvec operators run on VectorE)."""
+    import neuronxcc.nki.language as nl
+
+    rng = np.random.default_rng(seed)
+    shift = "shift" in name
+    x = rng.integers(0, 16 if shift else 2**7, (P, Fs)).astype(dtype)  # shifts stay inside int8
+    y = rng.integers(0, 3 if shift else 2**7, (P, 1) if form == "vector" else (P, Fs)).astype(dtype)
+    fn = getattr(nl, name)
+    if form == "scalar_right":
+        (got,) = run_legacy(lambda t: [fn(t[0], 2 if shift else 3)], [x])
+        want = LANG_BITVEC[name](x, np.array(2 if shift else 3, dtype))
+    else:
+        (got,) = run_legacy(lambda t: [fn(t[0], t[1])], [x, y])
+        want = LANG_BITVEC[name](x, y)
+    np.testing.assert_array_equal(got, want.astype(dtype))
+
+
+@SETTINGS
+@given(P=partitions, Fs=free_sizes, seed=st.integers(0, 2**16))
+def test_language_invert(P, Fs, seed):
+    """nl.invert(x): bitwise NOT of an integer tile (nki.language.invert, numpy.invert)."""
+    import neuronxcc.nki.language as nl
+
+    x = np.random.default_rng(seed).integers(-(2**20), 2**20, (P, Fs)).astype(np.int32)
+    (got,) = run_legacy(lambda t: [nl.invert(t[0])], [x])
+    np.testing.assert_array_equal(got, np.invert(x))
+
+
+@SETTINGS
+@given(P=partitions, Fs=free_sizes, scale=st.sampled_from([1.0, 60.0]), seed=st.integers(0, 2**16))
+def test_language_softmax(P, Fs, scale, seed):
+    """nl.softmax(x, axis=1) = exp(x - max) / sum(exp(x - max)) (nki.language.softmax); large inputs
+    overflow exp unless the max is subtracted first, as the hardware sequence does."""
+    import neuronxcc.nki.language as nl
+
+    x = _rand(seed, (P, Fs), -2, 2) * np.float32(scale)
+    (got,) = run_legacy(lambda t: [nl.softmax(t[0], axis=1)], [x])
+    e = np.exp(_f64(x) - _f64(x).max(axis=1, keepdims=True))
+    F.assert_matches(got, e / e.sum(axis=1, keepdims=True), "float32", 1.0, "nl.softmax", transcendental=True)
+
+
 @SETTINGS
 @given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2**16))
 def test_language_mean_var(P, Fs, dtype, seed):
@@ -1303,6 +1364,8 @@ LANG_COVERED = {
     "nc": test_language_loops_and_programs,
     "spmd_dim": test_language_loops_and_programs,
     "static_cast": test_language_static_cast,
+    "invert": test_language_invert,
+    "softmax": test_language_softmax,
 }
 # Instructions whose test is named differently from test_{api}_{name} / test_{name}.
 ISA_COVERED = {
@@ -1354,6 +1417,7 @@ def _test_for(api: str, name: str):
                 "alu": (test_language_binary_ops, F.ALU),
                 "act": (test_language_unary_ops, F.ACT),
                 "reduce": (test_language_reductions, F.REDUCE),
+                "bitvec": (test_language_bitvec_ops, LANG_BITVEC),
             }[op.kind]
             return family[0] if op.isa_name in family[1] else None  # a formula must exist for the op
         return LANG_COVERED.get(name)
@@ -1449,14 +1513,14 @@ def test_legacy_activation_forwards_reduce_cmd():
 
 
 def test_current_affine_select_positional_form():
-    """Neuron 2.30 order: affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value,
-    cmp_op, offset) - a causal mask p - f >= 0."""
+    """The documented order: affine_select(dst, pattern, offset, channel_multiplier, on_true_tile,
+    on_false_value, cmp_op) - a causal mask p - f >= 0."""
     import nki.isa as nisa
     import nki.language as nl
 
     x = _rand(11, (16, 16))
     (got,) = run_current(
-        lambda t, o: nisa.affine_select(o[0], [[-1, 16]], 1, t[0], -9.0, nl.greater_equal),
+        lambda t, o: nisa.affine_select(o[0], [[-1, 16]], 0, 1, t[0], -9.0, nl.greater_equal),
         [x],
         [((16, 16), "float32", "sbuf")],
     )
