@@ -202,3 +202,36 @@ def test_show_check_and_variants_of_a_spec_from_another_directory(layout):
     missing = axon_in_process("show", "specs/my_model.py:rmsnorm_matmul", cwd=cwd)
     assert missing.returncode == 2 and "spec file" in missing.stderr and "not found" in missing.stderr
     assert str(cwd / "specs" / "my_model.py") in missing.stderr
+
+
+CHAIN = """import axon.spec as ax
+
+@ax.spec(x="M K", a="K H", b="H N")
+def chain(x, a, b):
+    return ax.gelu(x @ a) @ b
+"""
+
+
+@pytest.mark.slow  # 12 s: a tune end to end (tests/lower/test_lowering.py checks the lowering in 0.2 s)
+def test_tune_a_contraction_that_is_not_a_multiple_of_the_tile(tmp_path):
+    # K=200 and H=200: every tile_k (128, 64) left a remainder, so every trial failed ("no trial produced
+    # a valid measurement"); now the contraction is tiled by its largest divisor under tile_k (100, 50)
+    (tmp_path / "chain.py").write_text(CHAIN)
+    args = ("tune", "chain.py:chain", "--trials", "2", "--workdir", "w", "--no-track", "--quiet", "--cpus", "1")
+    result = axon_in_process(*args, "--shape", "M=128,K=200,H=200,N=128", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "0 failed" in result.stdout and "max rel err" in result.stdout, result.stdout
+    assert all(
+        line.endswith("OK") for line in result.stdout.splitlines() if "numerics:" in line or "adversarial:" in line
+    )
+    assert (tmp_path / _kernel_path(result.stdout)).is_file() and result.stderr == ""
+
+
+@pytest.mark.slow
+def test_a_contraction_without_a_useful_tile_is_refused_naming_it(tmp_path):
+    # K=251 (prime): tiles of one row would be correct and far slower than a padded K; the reason says so
+    (tmp_path / "chain.py").write_text(CHAIN)
+    args = ("tune", "chain.py:chain", "--trials", "2", "--workdir", "w", "--no-track", "--quiet", "--cpus", "1")
+    result = axon_in_process(*args, "--shape", "M=128,K=251,H=128,N=128", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "contraction 251" in result.stderr and "pad it to a multiple of 64" in result.stderr, result.stderr

@@ -96,7 +96,7 @@ def _has_list(shape: str) -> bool:
     callback=lambda ctx, param, value: cost_model_ref(value),
     help="A model file, a shipped model (trn1) or models:/axon-costmodel-trn1@champion to start from.",
 )
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 @workdir_option
 @click.option(
     "--storage",
@@ -111,7 +111,9 @@ def _has_list(shape: str) -> bool:
 @click.option("--out", default=None, help="Where to write the best kernel (default WORKDIR/kernels/...).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
 @click.option("--no-track", is_flag=True, help="Do not log to MLflow.")
-@click.option("--patience", default=None, type=int, help="Stop after this many trials without improvement.")
+@click.option(
+    "--patience", default=None, type=click.IntRange(min=1), help="Stop after this many trials without improvement."
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--verbose", "-v", is_flag=True, help="Print each failed trial's reason as it happens (stderr).")

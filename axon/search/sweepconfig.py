@@ -151,6 +151,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
     trials = _field(data, "trials", int, file, 32)
     if trials < 1:
         raise SpecError(f"{file}: field trials must be positive, got {trials}")
+    seed = _field(data, "seed", int, file, 0)
+    if not 0 <= seed < 2**32:
+        raise SpecError(f"{file}: field seed must be in 0..{2**32 - 1}, got {seed}")
     threshold = float(_field(data, "regression_threshold", (int, float), file, 0.05))
     if threshold < 0:
         raise SpecError(f"{file}: field regression_threshold must not be negative")
@@ -161,7 +164,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
         backend=str(_field(data, "backend", str, file, "sim")),
         sampler=sampler,
         trials=trials,
-        seed=int(_field(data, "seed", int, file, 0)),
+        seed=seed,
         regression_threshold=threshold,
         registered_model=str(_field(data, "registered_model", str, file, "axon-costmodel-{hw}")),
         source=file,
