@@ -380,3 +380,20 @@ def test_variants_refuses_what_tune_refuses(tmp_path, args, fragments):
 def test_a_directory_named_like_a_spec_file_is_not_reported_missing(tmp_path):
     (tmp_path / "model.py").mkdir()
     refused("tune", "model.py:f", cwd=tmp_path, fragments=("model.py' is a directory, not a file",))
+
+
+def test_unreachable_tracking_server_is_refused_at_once(tmp_path):
+    # MLflow's client retried a server that refuses connections with backoff: the tune sat silent for minutes
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "1",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--tracking-uri",
+        "http://127.0.0.1:1",
+        fragments=("MLflow tracking server http://127.0.0.1:1 cannot be reached",),
+    )
