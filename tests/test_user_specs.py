@@ -235,3 +235,14 @@ def test_a_contraction_without_a_useful_tile_is_refused_naming_it(tmp_path):
     result = axon_in_process(*args, "--shape", "M=128,K=251,H=128,N=128", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "contraction 251" in result.stderr and "pad it to a multiple of 64" in result.stderr, result.stderr
+
+
+def test_a_spec_that_casts_to_bfloat16_is_checked_at_the_bfloat16_tolerance(tmp_path):
+    # the float64 reference does not round at ax.cast: the kernel, which does, was held to float32's 1e-5
+    # and every kernel failed ("the best kernel does not match the reference (max rel err 1.95e-03)")
+    spec = 'import axon.spec as ax\n\n@ax.spec(x="M N")\ndef half(x):\n    return ax.cast(x, "bfloat16") * 2\n'
+    (tmp_path / "half.py").write_text(spec)
+    args = ("tune", "half.py:half", "--shape", "M=128,N=128", "--trials", "1", "--workdir", "w", "--no-track")
+    result = axon_in_process(*args, "--quiet", "--cpus", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "(tolerance 0.02) OK" in result.stdout, result.stdout

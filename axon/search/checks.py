@@ -111,7 +111,10 @@ def numerics_check(
     fn = _kernel(problem, point, directory)
     inputs, expected = reference_case(graph, seed)
     worst = max_rel_error(_run(fn, problem, graph, inputs), expected)
-    return NumericsCheck(dims, worst, tolerance(problem.dtype))
+    # the float64 reference does not round at the spec's own casts (ax.cast(x, "bfloat16")): a kernel
+    # that does is held to the tolerance of the narrowest dtype the spec casts to
+    casts = {str(n.attr("dtype")) for n in graph.nodes if n.op == "cast"}
+    return NumericsCheck(dims, worst, max(tolerance(d) for d in {problem.dtype, *casts}))
 
 
 @dataclass(frozen=True)
