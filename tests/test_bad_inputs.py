@@ -397,3 +397,18 @@ def test_unreachable_tracking_server_is_refused_at_once(tmp_path):
         "http://127.0.0.1:1",
         fragments=("MLflow tracking server http://127.0.0.1:1 cannot be reached",),
     )
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float64"])
+def test_sweep_entry_dtype_is_one_tune_takes(tmp_path, dtype):
+    # float8_e4m3 was accepted, tuned, then failed every kernel's check (exit 1, after the tuning);
+    # float64 was refused only when its entry came to be checked, naming float8 among the dtypes to use
+    config = tmp_path / "s.yaml"
+    config.write_text(f"entries:\n  - workload: softmax\n    preset: small\n    dtype: {dtype}\n")
+    refused(
+        "sweep",
+        str(config),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("entries[0].dtype must be one of float32, bfloat16, float16", repr(dtype)),
+    )

@@ -23,6 +23,8 @@ from axon.workloads import is_spec_ref
 
 SAMPLERS = ("costmodel", "tpe", "random")
 
+KERNEL_DTYPES = ("float32", "bfloat16", "float16")  # the kernel dtypes a sweep entry (and `axon tune`) takes
+
 
 @dataclass(frozen=True)
 class SweepEntry:
@@ -130,6 +132,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
         shape = raw.get("shape") or {}
         if not isinstance(shape, dict) or not all(isinstance(v, int) and v > 0 for v in shape.values()):
             raise SpecError(f"{file}: field {where}.shape must map dimension names to positive integers")
+        dtype = str(raw.get("dtype", "float32"))
+        if dtype not in KERNEL_DTYPES:  # what `axon tune --dtype` takes (a float8 kernel fails every check)
+            raise SpecError(f"{file}: field {where}.dtype must be one of {', '.join(KERNEL_DTYPES)}, got {dtype!r}")
         workload = str(raw["workload"])
         spec_file = resolve_workload(workload, str(path.resolve().parent)).rpartition(":")[0]
         if spec_file.endswith(".py") and not os.path.isfile(spec_file):
@@ -137,14 +142,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
                 f"{file}: field {where}.workload: spec file {spec_file} not found "
                 f"(a relative path is taken from the config file's directory)"
             )
-        entries.append(
-            SweepEntry(
-                workload,
-                str(raw.get("preset", "default")),
-                tuple(sorted(shape.items())),
-                str(raw.get("dtype", "float32")),
-            )
-        )
+        entries.append(SweepEntry(workload, str(raw.get("preset", "default")), tuple(sorted(shape.items())), dtype))
     sampler = _field(data, "sampler", str, file, "costmodel")
     if sampler not in SAMPLERS:
         raise SpecError(f"{file}: field sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
