@@ -412,3 +412,37 @@ def test_sweep_entry_dtype_is_one_tune_takes(tmp_path, dtype):
         str(tmp_path / "w"),
         fragments=("entries[0].dtype must be one of float32, bfloat16, float16", repr(dtype)),
     )
+
+
+@pytest.mark.parametrize("name", ["out-1", "class", "nl", "1"])
+def test_an_output_name_that_cannot_name_a_kernel_variable_is_refused(tmp_path, name):
+    # {"out-1": ...} was emitted as `out-1 = ...`: every trial failed with the kernel's SyntaxError;
+    # {1: ...} was a traceback; {"nl": ...} shadowed nki.language in the kernel
+    key = name if name == "1" else repr(name)
+    path = tmp_path / "outs.py"
+    path.write_text(f'import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return {{{key}: x * 2}}\n')
+    refused("tune", f"{path}:f", "--shape", "M=128,N=128", "--workdir", str(tmp_path / "w"), fragments=("output name",))
+
+
+def test_a_spec_whose_kernel_computes_inf_leaks_no_numpy_warning(tmp_path):
+    # x / 0.0: the emulator's RuntimeWarning ("divide by zero encountered in divide") reached the user's stderr
+    import warnings
+
+    path = tmp_path / "inf.py"
+    path.write_text('import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return x / 0.0\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = axon_in_process(
+            "tune",
+            f"{path}:f",
+            "--shape",
+            "M=128,N=128",
+            "--trials",
+            "1",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--no-track",
+            "--quiet",
+        )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import keyword
 import os
 import traceback
 import types
@@ -14,6 +15,9 @@ from axon.errors import SpecError
 from axon.ir.builder import GraphBuilder
 from axon.ir.frontend import OPS, Tensor, signature_of
 from axon.ir.graph import Graph, TensorType
+
+# the modules an emitted kernel imports: an output of that name would shadow them
+_KERNEL_MODULES = frozenset({"nki", "nisa", "nl"})
 
 
 def trace(
@@ -52,6 +56,12 @@ def trace(
         _raised(fn, exc)
     if isinstance(result, dict):
         names, values = tuple(result), tuple(result.values())
+        for out in names:  # each names a variable of the emitted kernel
+            if not isinstance(out, str) or not out.isidentifier() or keyword.iskeyword(out) or out in _KERNEL_MODULES:
+                raise SpecError(
+                    f"spec {fn.__name__}: output name {out!r} must be a Python identifier, not a keyword or "
+                    f"{', '.join(sorted(_KERNEL_MODULES))} (it names a variable of the kernel)"
+                )
     elif isinstance(result, (tuple, list)):
         names, values = (), tuple(result)
     else:
