@@ -446,3 +446,21 @@ def test_a_spec_whose_kernel_computes_inf_leaks_no_numpy_warning(tmp_path):
         )
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+
+
+def test_family_out_that_names_a_file_is_refused(tmp_path):
+    # `--out fam.py` with a --shape list made a directory named fam.py holding the family's files
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--shape",
+        "M=128,256",
+        "--out",
+        str(tmp_path / "fam.py"),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("--out", "fam.py names a file", "directory"),
+    )
+    assert not (tmp_path / "fam.py").exists()

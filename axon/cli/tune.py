@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -108,7 +109,11 @@ def _has_list(shape: str) -> bool:
     "--records", default=None, help="Records store: a SQLite file or postgresql://... (default WORKDIR/records.db)."
 )
 @click.option("--study", default=None, help="Study name (workers with the same name share one study).")
-@click.option("--out", default=None, help="Where to write the best kernel (default WORKDIR/kernels/...).")
+@click.option(
+    "--out",
+    default=None,
+    help="Where to write the best kernel (default WORKDIR/kernels/...); for a kernel family, a directory.",
+)
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
 @click.option("--no-track", is_flag=True, help="Do not log to MLflow.")
 @click.option(
@@ -187,6 +192,11 @@ def tune(
         workers=cpus,
     )
     if ranges:
+        if out and (out.endswith(".py") or os.path.isfile(out)):  # a family is a directory of files
+            raise click.UsageError(
+                f"--out {out} names a file, and a kernel family (a --shape range or list) is written as a "
+                "directory (its module, kernels and plot): give a directory path"
+            )
         try:
             family = tune_family(request, ranges)
         except KeyboardInterrupt:
