@@ -45,7 +45,8 @@ def variants(
     dims = parse_shape_option(shape)
     load_hw(hw)  # a wrong --hw or --preset is refused here, not only when the numbering needs it
     w.dims(preset)
-    graph = bind_dims(w.symbolic(), dims, w.fn.__name__)  # a dimension the spec does not have is refused
+    # in the kernel's dtype, so each variant's id is the one tune reports at that --dtype
+    graph = bind_dims(w.symbolic(dtype), dims, w.fn.__name__)  # a dimension the spec does not have is refused
     found = discover(graph, max_depth=depth, timeout_s=timeout_s, max_variants=max_variants)
     numbers, why_not, rejected, note = _tune_numbering(w, preset, dtype, dims, hw)
     for i, v in enumerate(found.variants):

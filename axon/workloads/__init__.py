@@ -64,9 +64,9 @@ class Workload:
         graph.check_bound()
         return graph
 
-    def symbolic(self) -> Graph:
+    def symbolic(self, dtype: str = "float32") -> Graph:
         """The graph with every dimension symbolic (what the verifier proves over)."""
-        return trace(self.fn, name=self.kernel_name)
+        return trace(self.fn, dtype=dtype, name=self.kernel_name)
 
 
 # module names an emitted kernel file imports: a kernel function of that name would shadow them
