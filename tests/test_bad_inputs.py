@@ -464,3 +464,21 @@ def test_family_out_that_names_a_file_is_refused(tmp_path):
         fragments=("--out", "fam.py names a file", "directory"),
     )
     assert not (tmp_path / "fam.py").exists()
+
+
+@pytest.mark.parametrize(
+    "body, line", [('x * float("inf")', 5), ('ax.maximum(x, float("nan"))', 5), ('x ** float("inf")', 5)]
+)
+def test_a_constant_that_is_not_finite_is_refused_at_its_line(tmp_path, body, line):
+    # x * inf was emitted as the name `inf` in the kernel: every trial failed with a NameError
+    path = tmp_path / "nonfinite.py"
+    path.write_text(f'import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return {body}\n')
+    refused(
+        "tune",
+        f"{path}:f",
+        "--shape",
+        "M=128,N=128",
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("is not finite", f"nonfinite.py:{line}"),
+    )
