@@ -265,3 +265,27 @@ def test_variants_at_a_narrow_dtype_number_them_as_tune_does(tmp_path, dtype):
     graph = get_workload(f"{tmp_path}/chain.py:chain").graph(None, dtype=dtype, M=128, K=128, H=128, N=128)
     tuned = LoweredProblem("chain", graph, load_hw("trn1"), verified_variants(graph), dtype).variants
     assert listed == {str(i): v.hash[:8] for i, v in enumerate(tuned)}, result.stdout
+
+
+SDPA = """import axon.spec as ax
+
+@ax.spec(q="S D", k="D T", bias="S T")
+def sdpa(q, k, bias):
+    s = (q @ k) * 0.125 + bias
+    p = ax.exp(s - ax.max(s))
+    return p / ax.sum(p)
+"""
+
+
+def test_variants_not_offered_are_told_apart_by_their_id(tmp_path):
+    # two rejected variants with the same moves ("sink-factor + unshift-exp") printed two identical lines
+    (tmp_path / "sdpa.py").write_text(SDPA)
+    shape = ("--shape", "S=128,D=64,T=128")
+    tuned = axon_in_process(
+        "tune", "sdpa.py:sdpa", *shape, "--trials", "1", "--workdir", "w", "--no-track", cwd=tmp_path
+    )
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    ids = re.findall(r"not offered \(floating point\): .* \[id (\w{8})\]$", tuned.stdout, re.M)
+    listed = axon_in_process("variants", "sdpa.py:sdpa", *shape, cwd=tmp_path)
+    assert len(ids) > 1 and len(set(ids)) == len(ids), tuned.stdout
+    assert set(ids) == set(re.findall(r"^#   id (\w{8})  ", listed.stdout, re.M)), listed.stdout
