@@ -18,6 +18,8 @@ def parse_shape_option(text: str | None) -> dict[str, int]:
         name, sep, value = item.strip().partition("=")
         if not sep or not name.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
             raise SpecError(f"malformed --shape {text!r}: expected NAME=POSITIVE_INT[,NAME=...], e.g. M=4096,K=1024")
+        if name.strip() in out:
+            raise SpecError(f"malformed --shape {text!r}: dimension {name.strip()!r} is given twice")
         out[name.strip()] = int(value)
     return out
 

@@ -265,3 +265,220 @@ def test_run_refuses_inputs_larger_than_this_machine(tmp_path):
         fragments=("GiB", "smaller inputs"),
         in_process=False,
     )
+
+
+SPECS_THAT_RAISE = """import axon.spec as ax
+
+@ax.spec(x="M N")
+def compares(x):
+    if ax.max(x) > 0:
+        return x
+    return -x
+
+@ax.spec(x="M N")
+def converts(x):
+    return ax.exp(x) * float(x)
+
+@ax.spec(x="M N")
+def misspells(x):
+    return ax.exp(xx)  # noqa: F821
+"""
+
+
+@pytest.mark.parametrize(
+    "fn, fragments",
+    [
+        ("compares", ("spec compares failed while traced", "raising_specs.py:5", "TypeError", "'>'")),
+        ("converts", ("spec converts failed while traced", "raising_specs.py:11", "TypeError: float()")),
+        ("misspells", ("spec misspells failed while traced", "raising_specs.py:15", "NameError", "'xx'")),
+    ],
+)
+def test_a_spec_that_raises_while_traced_is_one_line(tmp_path, fn, fragments):
+    # a Python comparison, conversion or name error in the spec's body: was a traceback, exit 1
+    path = tmp_path / "raising_specs.py"
+    path.write_text(SPECS_THAT_RAISE)
+    for command in ("show", "variants"):
+        refused(command, f"{path}:{fn}", "--shape", "M=4,N=8", fragments=fragments)
+    refused("tune", f"{path}:{fn}", "--shape", "M=4,N=8", "--workdir", str(tmp_path / "w"), fragments=fragments)
+
+
+@pytest.mark.parametrize(
+    "presets, fragments",
+    [
+        ("5", ("PRESETS must be a dict", "got int")),
+        ("[1]", ("PRESETS must be a dict", "got list")),
+        ('{"f": {"default": 5}}', ("PRESETS['f']['default'] must map dimension names to sizes",)),
+        ('{"f": {"default": {"M": "abc", "N": 4}}}', ("PRESETS['f']['default']['M'] must be a positive integer",)),
+        ('{"f": {"small": {"M": 128.0, "N": 4}}}', ("PRESETS['f']['small']['M'] must be a positive integer",)),
+        ('{"f": {"default": {"M": 0, "N": 4}}}', ("PRESETS['f']['default']['M']", "got 0")),
+    ],
+)
+def test_malformed_presets_name_the_file_and_the_entry(tmp_path, presets, fragments):
+    # PRESETS = 5 or a preset that is not a dict: was a traceback (AttributeError, TypeError)
+    path = tmp_path / "presets_spec.py"
+    path.write_text(
+        f'import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return ax.exp(x)\n\nPRESETS = {presets}\n'
+    )
+    refused("show", f"{path}:f", fragments=(str(path), *fragments))
+    refused("tune", f"{path}:f", "--workdir", str(tmp_path / "w"), fragments=(str(path), *fragments))
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (("--seed", "-1"), ("--seed", "-1")),  # was a numpy traceback
+        (("--seed", str(2**32)), ("--seed",)),
+        (("--patience", "0"), ("--patience",)),  # was accepted: a tune that measured nothing
+        (("--patience", "-3"), ("--patience",)),
+        (("--shape", "M=128,N=128,M=256"), ("dimension 'M' is given twice",)),  # the last M silently won
+        (("--preset", "nosuch"), ("has no preset 'nosuch'",)),  # silently ignored by a spec without PRESETS
+    ],
+)
+def test_tune_refuses_options_it_used_to_take(tmp_path, args, fragments):
+    path = tmp_path / "plain.py"
+    path.write_text('import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return ax.exp(x)\n')
+    refused("tune", f"{path}:f", "--shape", "M=128,N=128", *args, "--workdir", str(tmp_path / "w"), fragments=fragments)
+
+
+@pytest.mark.parametrize("command", ["check", "nki-run", "profile"])
+def test_other_seeds_must_be_in_range(tmp_path, command):
+    if command == "check":
+        refused("check", "softmax", "--seed", "-1", fragments=("--seed",))
+    else:
+        cmd = ("nki", "run") if command == "nki-run" else ("nki", "profile")
+        refused(
+            *cmd,
+            "examples/kernels/l2norm.py:l2_normalize",
+            "--input",
+            "a=float32[128,64]",
+            "--seed",
+            "-1",
+            fragments=("--seed",),
+        )
+
+
+def test_sweep_seed_must_be_in_range(tmp_path):
+    config = tmp_path / "s.yaml"
+    config.write_text("entries:\n  - workload: softmax\n    preset: small\nseed: -1\n")
+    refused("sweep", str(config), "--workdir", str(tmp_path / "w"), fragments=(str(config), "field seed", "-1"))
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (("--shape", "M=200,n=1000"), ("has no dimension 'n'",)),  # listed every variant, exit 0
+        (("--hw", "trn9"), ("trn9", "not found")),  # ignored without sizes
+        (("--preset", "nosuch"), ("has no preset 'nosuch'",)),  # a note under the listing, exit 0
+    ],
+)
+def test_variants_refuses_what_tune_refuses(tmp_path, args, fragments):
+    path = tmp_path / "plain.py"
+    path.write_text('import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return ax.exp(x - ax.max(x))\n')
+    refused("variants", f"{path}:f", *args, fragments=fragments)
+
+
+def test_a_directory_named_like_a_spec_file_is_not_reported_missing(tmp_path):
+    (tmp_path / "model.py").mkdir()
+    refused("tune", "model.py:f", cwd=tmp_path, fragments=("model.py' is a directory, not a file",))
+
+
+def test_unreachable_tracking_server_is_refused_at_once(tmp_path):
+    # MLflow's client retried a server that refuses connections with backoff: the tune sat silent for minutes
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "1",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--tracking-uri",
+        "http://127.0.0.1:1",
+        fragments=("MLflow tracking server http://127.0.0.1:1 cannot be reached",),
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float64"])
+def test_sweep_entry_dtype_is_one_tune_takes(tmp_path, dtype):
+    # float8_e4m3 was accepted, tuned, then failed every kernel's check (exit 1, after the tuning);
+    # float64 was refused only when its entry came to be checked, naming float8 among the dtypes to use
+    config = tmp_path / "s.yaml"
+    config.write_text(f"entries:\n  - workload: softmax\n    preset: small\n    dtype: {dtype}\n")
+    refused(
+        "sweep",
+        str(config),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("entries[0].dtype must be one of float32, bfloat16, float16", repr(dtype)),
+    )
+
+
+@pytest.mark.parametrize("name", ["out-1", "class", "nl", "1"])
+def test_an_output_name_that_cannot_name_a_kernel_variable_is_refused(tmp_path, name):
+    # {"out-1": ...} was emitted as `out-1 = ...`: every trial failed with the kernel's SyntaxError;
+    # {1: ...} was a traceback; {"nl": ...} shadowed nki.language in the kernel
+    key = name if name == "1" else repr(name)
+    path = tmp_path / "outs.py"
+    path.write_text(f'import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return {{{key}: x * 2}}\n')
+    refused("tune", f"{path}:f", "--shape", "M=128,N=128", "--workdir", str(tmp_path / "w"), fragments=("output name",))
+
+
+def test_a_spec_whose_kernel_computes_inf_leaks_no_numpy_warning(tmp_path):
+    # x / 0.0: the emulator's RuntimeWarning ("divide by zero encountered in divide") reached the user's stderr
+    import warnings
+
+    path = tmp_path / "inf.py"
+    path.write_text('import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return x / 0.0\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = axon_in_process(
+            "tune",
+            f"{path}:f",
+            "--shape",
+            "M=128,N=128",
+            "--trials",
+            "1",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--no-track",
+            "--quiet",
+        )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+
+
+def test_family_out_that_names_a_file_is_refused(tmp_path):
+    # `--out fam.py` with a --shape list made a directory named fam.py holding the family's files
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--shape",
+        "M=128,256",
+        "--out",
+        str(tmp_path / "fam.py"),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("--out", "fam.py names a file", "directory"),
+    )
+    assert not (tmp_path / "fam.py").exists()
+
+
+@pytest.mark.parametrize(
+    "body, line", [('x * float("inf")', 5), ('ax.maximum(x, float("nan"))', 5), ('x ** float("inf")', 5)]
+)
+def test_a_constant_that_is_not_finite_is_refused_at_its_line(tmp_path, body, line):
+    # x * inf was emitted as the name `inf` in the kernel: every trial failed with a NameError
+    path = tmp_path / "nonfinite.py"
+    path.write_text(f'import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return {body}\n')
+    refused(
+        "tune",
+        f"{path}:f",
+        "--shape",
+        "M=128,N=128",
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("is not finite", f"nonfinite.py:{line}"),
+    )

@@ -224,3 +224,90 @@ def test_show_check_and_variants_of_a_spec_from_another_directory(layout):
     missing = axon_in_process("show", "specs/my_model.py:rmsnorm_matmul", cwd=cwd)
     assert missing.returncode == 2 and "spec file" in missing.stderr and "not found" in missing.stderr
     assert str(cwd / "specs" / "my_model.py") in missing.stderr
+
+
+CHAIN = """import axon.spec as ax
+
+@ax.spec(x="M K", a="K H", b="H N")
+def chain(x, a, b):
+    return ax.gelu(x @ a) @ b
+"""
+
+
+@pytest.mark.slow  # 12 s: a tune end to end (tests/lower/test_lowering.py checks the lowering in 0.2 s)
+def test_tune_a_contraction_that_is_not_a_multiple_of_the_tile(tmp_path):
+    # K=200 and H=200: every tile_k (128, 64) left a remainder, so every trial failed ("no trial produced
+    # a valid measurement"); now the contraction is tiled by its largest divisor under tile_k (100, 50)
+    (tmp_path / "chain.py").write_text(CHAIN)
+    args = ("tune", "chain.py:chain", "--trials", "2", "--workdir", "w", "--no-track", "--quiet", "--cpus", "1")
+    result = axon_in_process(*args, "--shape", "M=128,K=200,H=200,N=128", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "0 failed" in result.stdout and "max rel err" in result.stdout, result.stdout
+    assert all(
+        line.endswith("OK") for line in result.stdout.splitlines() if "numerics:" in line or "adversarial:" in line
+    )
+    assert (tmp_path / _kernel_path(result.stdout)).is_file() and result.stderr == ""
+
+
+@pytest.mark.slow
+def test_a_contraction_without_a_useful_tile_is_refused_naming_it(tmp_path):
+    # K=251 (prime): tiles of one row would be correct and far slower than a padded K; the reason says so
+    (tmp_path / "chain.py").write_text(CHAIN)
+    args = ("tune", "chain.py:chain", "--trials", "2", "--workdir", "w", "--no-track", "--quiet", "--cpus", "1")
+    result = axon_in_process(*args, "--shape", "M=128,K=251,H=128,N=128", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "contraction 251" in result.stderr and "pad it to a multiple of 64" in result.stderr, result.stderr
+
+
+def test_a_spec_that_casts_to_bfloat16_is_checked_at_the_bfloat16_tolerance(tmp_path):
+    # the float64 reference does not round at ax.cast: the kernel, which does, was held to float32's 1e-5
+    # and every kernel failed ("the best kernel does not match the reference (max rel err 1.95e-03)")
+    spec = 'import axon.spec as ax\n\n@ax.spec(x="M N")\ndef half(x):\n    return ax.cast(x, "bfloat16") * 2\n'
+    (tmp_path / "half.py").write_text(spec)
+    args = ("tune", "half.py:half", "--shape", "M=128,N=128", "--trials", "1", "--workdir", "w", "--no-track")
+    result = axon_in_process(*args, "--quiet", "--cpus", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "(tolerance 0.02) OK" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_variants_at_a_narrow_dtype_number_them_as_tune_does(tmp_path, dtype):
+    # the listing traced the spec in float32 whatever --dtype said: at bfloat16 every variant, the spec as
+    # written too, was "not tuned: beyond tune's search" (ids of float32 graphs) while "tune offers 2"
+    from axon.search.api import verified_variants
+    from axon.search.problem import LoweredProblem
+    from axon.target import load_hw
+    from axon.workloads import get as get_workload
+
+    (tmp_path / "chain.py").write_text(CHAIN.replace("ax.gelu(x @ a) @ b", "(x @ a) @ b"))
+    shape = "M=128,K=128,H=128,N=128"
+    result = axon_in_process("variants", "chain.py:chain", "--shape", shape, "--dtype", dtype, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    listed = dict(re.findall(r"== variant (\d+)  id (\w{8})", result.stdout))
+    graph = get_workload(f"{tmp_path}/chain.py:chain").graph(None, dtype=dtype, M=128, K=128, H=128, N=128)
+    tuned = LoweredProblem("chain", graph, load_hw("trn1"), verified_variants(graph), dtype).variants
+    assert listed == {str(i): v.hash[:8] for i, v in enumerate(tuned)}, result.stdout
+
+
+SDPA = """import axon.spec as ax
+
+@ax.spec(q="S D", k="D T", bias="S T")
+def sdpa(q, k, bias):
+    s = (q @ k) * 0.125 + bias
+    p = ax.exp(s - ax.max(s))
+    return p / ax.sum(p)
+"""
+
+
+def test_variants_not_offered_are_told_apart_by_their_id(tmp_path):
+    # two rejected variants with the same moves ("sink-factor + unshift-exp") printed two identical lines
+    (tmp_path / "sdpa.py").write_text(SDPA)
+    shape = ("--shape", "S=128,D=64,T=128")
+    tuned = axon_in_process(
+        "tune", "sdpa.py:sdpa", *shape, "--trials", "1", "--workdir", "w", "--no-track", cwd=tmp_path
+    )
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    ids = re.findall(r"not offered \(floating point\): .* \[id (\w{8})\]$", tuned.stdout, re.M)
+    listed = axon_in_process("variants", "sdpa.py:sdpa", *shape, cwd=tmp_path)
+    assert len(ids) > 1 and len(set(ids)) == len(ids), tuned.stdout
+    assert set(ids) == set(re.findall(r"^#   id (\w{8})  ", listed.stdout, re.M)), listed.stdout

@@ -67,7 +67,7 @@ def show(workload: str, shape: str | None, preset: str, dtype: str) -> None:
 @click.argument("workload")
 @shape_option
 @click.option("--preset", default="small", show_default=True, help="Shape preset.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 @click.option("--force", is_flag=True, help="Evaluate even when it needs more than half of this machine's memory.")
 def check(workload: str, shape: str | None, preset: str, seed: int, force: bool) -> None:
     """Evaluate WORKLOAD's graph on random inputs (float64) and report output statistics."""

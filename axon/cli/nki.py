@@ -145,7 +145,7 @@ def nki() -> None:
 )
 @click.option("--arg", "args", multiple=True, help=ARG_HELP)
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file name or path.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 def run_cmd(kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], hw: str, seed: int) -> None:
     """Run KERNEL (FILE.py:FUNCTION) on random inputs; print output shapes and dtypes."""
 

@@ -34,7 +34,13 @@ from axon.target import DEFAULT_HW, load_hw
     help="Directory for the timeline files (<fn>.perfetto.json, <fn>.png).",
 )
 @click.option("--no-png", is_flag=True, help="Skip the PNG Gantt chart.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs it runs on.")
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 2**32 - 1),
+    help="Seed of the random inputs it runs on.",
+)
 def profile(
     kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], hw: str, out_dir: str, no_png: bool, seed: int
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -96,7 +97,7 @@ def _has_list(shape: str) -> bool:
     callback=lambda ctx, param, value: cost_model_ref(value),
     help="A model file, a shipped model (trn1) or models:/axon-costmodel-trn1@champion to start from.",
 )
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 @workdir_option
 @click.option(
     "--storage",
@@ -108,10 +109,16 @@ def _has_list(shape: str) -> bool:
     "--records", default=None, help="Records store: a SQLite file or postgresql://... (default WORKDIR/records.db)."
 )
 @click.option("--study", default=None, help="Study name (workers with the same name share one study).")
-@click.option("--out", default=None, help="Where to write the best kernel (default WORKDIR/kernels/...).")
+@click.option(
+    "--out",
+    default=None,
+    help="Where to write the best kernel (default WORKDIR/kernels/...); for a kernel family, a directory.",
+)
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
 @click.option("--no-track", is_flag=True, help="Do not log to MLflow.")
-@click.option("--patience", default=None, type=int, help="Stop after this many trials without improvement.")
+@click.option(
+    "--patience", default=None, type=click.IntRange(min=1), help="Stop after this many trials without improvement."
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--verbose", "-v", is_flag=True, help="Print each failed trial's reason as it happens (stderr).")
@@ -185,6 +192,11 @@ def tune(
         workers=cpus,
     )
     if ranges:
+        if out and (out.endswith(".py") or os.path.isfile(out)):  # a family is a directory of files
+            raise click.UsageError(
+                f"--out {out} names a file, and a kernel family (a --shape range or list) is written as a "
+                "directory (its module, kernels and plot): give a directory path"
+            )
         try:
             family = tune_family(request, ranges)
         except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from axon.errors import AxonError
+from axon.ir.trace import bind_dims
 from axon.options import parse_shape_option
 from axon.search.api import TUNING_EXCLUDED_MOVES, verified_variants, workload_graph
 from axon.search.problem import LoweredProblem
@@ -42,7 +43,10 @@ def variants(
 
     w = get(workload)
     dims = parse_shape_option(shape)
-    graph = w.symbolic(dtype).bind(**dims) if dims else w.symbolic(dtype)
+    load_hw(hw)  # a wrong --hw or --preset is refused here, not only when the numbering needs it
+    w.dims(preset)
+    # in the kernel's dtype, so each variant's id is the one tune reports at that --dtype
+    graph = bind_dims(w.symbolic(dtype), dims, w.fn.__name__)  # a dimension the spec does not have is refused
     found = discover(graph, max_depth=depth, timeout_s=timeout_s, max_variants=max_variants)
     numbers, why_not, rejected, note = _tune_numbering(w, preset, dtype, dims, hw)
     for i, v in enumerate(found.variants):

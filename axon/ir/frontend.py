@@ -7,6 +7,7 @@ global: every `Tensor` knows the builder it belongs to. The declarations (`spec`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -148,17 +149,25 @@ def _numpy_refused(name: str) -> NoReturn:
     raise SpecError(f"np.{name} applied to a traced tensor (at {_where()}): {hint}")
 
 
+def _finite(value: Any) -> float:
+    """A constant of the spec as a float; inf and NaN have no literal in a kernel, so they are refused."""
+    out = float(value)
+    if not math.isfinite(out):
+        raise SpecError(f"constant {out!r} is not finite (at {_where()}): a spec's constants must be finite numbers")
+    return out
+
+
 def _lift(value: Any, like: Tensor) -> Tensor:
     if isinstance(value, Tensor):
         if value._b is not like._b:
             raise SpecError("tensors from two different traces were mixed")
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Tensor(like._b, like._b.const(float(value)))
+        return Tensor(like._b, like._b.const(_finite(value)))
     if isinstance(value, Dim):
         return Tensor(like._b, like._b.add("dimsize", (), _where(), dim=value))
     if hasattr(value, "item") and getattr(value, "shape", None) == ():
-        return Tensor(like._b, like._b.const(float(value.item())))
+        return Tensor(like._b, like._b.const(_finite(value.item())))
     raise SpecError(f"cannot use {type(value).__name__} {value!r} in a traced expression (at {_where()})")
 
 
@@ -265,6 +274,7 @@ def power(x: Tensor, p: Any) -> Tensor:
     """`x ** p` for a constant exponent (2 becomes square, 0.5 sqrt, -0.5 rsqrt, -1 reciprocal)."""
     if not isinstance(p, (int, float)) or isinstance(p, bool):
         raise SpecError(f"power: the exponent must be a constant number, got {p!r} (at {_where()})")
+    _finite(p)
     if p == 1:
         return x
     special = {2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "reciprocal"}

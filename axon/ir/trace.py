@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import keyword
 import os
 import traceback
 import types
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from axon.errors import SpecError
 from axon.ir.builder import GraphBuilder
 from axon.ir.frontend import OPS, Tensor, signature_of
 from axon.ir.graph import Graph, TensorType
+
+# the modules an emitted kernel imports: an output of that name would shadow them
+_KERNEL_MODULES = frozenset({"nki", "nisa", "nl"})
 
 
 def trace(
@@ -43,11 +47,21 @@ def trace(
         args.append(Tensor(builder, builder.input(arg, ttype, value_range=ranges.get(arg))))
     try:
         result = fn(*args)
+    except SpecError:
+        raise
     except AttributeError as exc:
         _unknown_op(fn, exc)
-        raise
+        _raised(fn, exc)
+    except Exception as exc:  # the spec's own code failed on the proxies: where, not a traceback
+        _raised(fn, exc)
     if isinstance(result, dict):
         names, values = tuple(result), tuple(result.values())
+        for out in names:  # each names a variable of the emitted kernel
+            if not isinstance(out, str) or not out.isidentifier() or keyword.iskeyword(out) or out in _KERNEL_MODULES:
+                raise SpecError(
+                    f"spec {fn.__name__}: output name {out!r} must be a Python identifier, not a keyword or "
+                    f"{', '.join(sorted(_KERNEL_MODULES))} (it names a variable of the kernel)"
+                )
     elif isinstance(result, (tuple, list)):
         names, values = (), tuple(result)
     else:
@@ -79,6 +93,19 @@ def _check_unshaped(fn: Callable[..., Any], sig: Any) -> None:
             f"spec {fn.__name__}: argument {p.name!r} has no shape: declare it in "
             f"@ax.spec({p.name}='M K', ...) or give it a default value"
         )
+
+
+def _raised(fn: Callable[..., Any], exc: Exception) -> NoReturn:
+    """A spec that raised while traced (a Python comparison or `float()` of a traced tensor, a name
+    error): a SpecError naming the exception and the spec's last line it passed through."""
+    code = getattr(fn, "__code__", None)
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if code is not None and f.filename == code.co_filename] or frames[-1:]
+    where = f" (at {os.path.basename(mine[-1].filename)}:{mine[-1].lineno})" if mine else ""
+    raise SpecError(
+        f"spec {getattr(fn, '__name__', fn)} failed while traced{where}: {type(exc).__name__}: {exc} "
+        "(traced tensors take the ops of axon.spec, not Python comparisons, conversions or branches)"
+    ) from None
 
 
 def _unknown_op(fn: Callable[..., Any], exc: AttributeError) -> None:

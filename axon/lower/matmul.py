@@ -20,14 +20,21 @@ from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, til
 from axon.lower.roles import Weight
 from axon.lower.state import LoweringState, Rejected, for_j, hbm_ref, j_off, rows_expr
 
+_MIN_TILE_K = 16  # the smallest contraction tile taken for a contraction tile_k does not divide
+
 
 def _dims(st: LoweringState, node: Node) -> tuple[int, int, int, int]:
     g = st.graph
     k = g.concrete_shape(node.inputs[0])[-1]
     n = g.concrete_shape(node.id)[-1]
     tk = min(int(st.knobs["tile_k"]), k, st.pmax)
-    if k % tk:
-        raise Rejected(f"tile_k: contraction {k} of %{node.id} is not a multiple of tile_k={tk}")
+    if k % tk:  # a contraction tile_k does not divide (K=200): the largest tile below it that does (100)
+        tk = max(d for d in range(1, tk + 1) if k % d == 0)
+        if tk < _MIN_TILE_K:  # K=1021 in tiles of 1: correct, and slower than a padded K by far
+            raise Rejected(
+                f"tile_k: contraction {k} of %{node.id} has no divisor from {_MIN_TILE_K} to "
+                f"{min(int(st.knobs['tile_k']), st.pmax)}: pad it to a multiple of 64"
+            )
     return k, n, tk, k // tk
 
 

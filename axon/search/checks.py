@@ -88,7 +88,8 @@ def _run(fn: Any, problem: LoweredProblem, graph: Graph, inputs: dict[str, np.nd
         inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype)
         for n in graph.input_names
     ]
-    out = nki.run(fn, *arrays, hw=problem.hw)
+    with np.errstate(all="ignore"):  # a kernel's inf and NaN are results, compared against the reference's
+        out = nki.run(fn, *arrays, hw=problem.hw)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     return dict(zip(graph.output_names, outs))
 
@@ -111,7 +112,10 @@ def numerics_check(
     fn = _kernel(problem, point, directory)
     inputs, expected = reference_case(graph, seed)
     worst = max_rel_error(_run(fn, problem, graph, inputs), expected)
-    return NumericsCheck(dims, worst, tolerance(problem.dtype))
+    # the float64 reference does not round at the spec's own casts (ax.cast(x, "bfloat16")): a kernel
+    # that does is held to the tolerance of the narrowest dtype the spec casts to
+    casts = {str(n.attr("dtype")) for n in graph.nodes if n.op == "cast"}
+    return NumericsCheck(dims, worst, max(tolerance(d) for d in {problem.dtype, *casts}))
 
 
 @dataclass(frozen=True)

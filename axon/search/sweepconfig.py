@@ -23,6 +23,8 @@ from axon.workloads import is_spec_ref
 
 SAMPLERS = ("costmodel", "tpe", "random")
 
+KERNEL_DTYPES = ("float32", "bfloat16", "float16")  # the kernel dtypes a sweep entry (and `axon tune`) takes
+
 
 @dataclass(frozen=True)
 class SweepEntry:
@@ -130,6 +132,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
         shape = raw.get("shape") or {}
         if not isinstance(shape, dict) or not all(isinstance(v, int) and v > 0 for v in shape.values()):
             raise SpecError(f"{file}: field {where}.shape must map dimension names to positive integers")
+        dtype = str(raw.get("dtype", "float32"))
+        if dtype not in KERNEL_DTYPES:  # what `axon tune --dtype` takes (a float8 kernel fails every check)
+            raise SpecError(f"{file}: field {where}.dtype must be one of {', '.join(KERNEL_DTYPES)}, got {dtype!r}")
         workload = str(raw["workload"])
         spec_file = resolve_workload(workload, str(path.resolve().parent)).rpartition(":")[0]
         if spec_file.endswith(".py") and not os.path.isfile(spec_file):
@@ -137,20 +142,16 @@ def load_sweep(path: str | Path) -> SweepConfig:
                 f"{file}: field {where}.workload: spec file {spec_file} not found "
                 f"(a relative path is taken from the config file's directory)"
             )
-        entries.append(
-            SweepEntry(
-                workload,
-                str(raw.get("preset", "default")),
-                tuple(sorted(shape.items())),
-                str(raw.get("dtype", "float32")),
-            )
-        )
+        entries.append(SweepEntry(workload, str(raw.get("preset", "default")), tuple(sorted(shape.items())), dtype))
     sampler = _field(data, "sampler", str, file, "costmodel")
     if sampler not in SAMPLERS:
         raise SpecError(f"{file}: field sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
     trials = _field(data, "trials", int, file, 32)
     if trials < 1:
         raise SpecError(f"{file}: field trials must be positive, got {trials}")
+    seed = _field(data, "seed", int, file, 0)
+    if not 0 <= seed < 2**32:
+        raise SpecError(f"{file}: field seed must be in 0..{2**32 - 1}, got {seed}")
     threshold = float(_field(data, "regression_threshold", (int, float), file, 0.05))
     if threshold < 0:
         raise SpecError(f"{file}: field regression_threshold must not be negative")
@@ -161,7 +162,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
         backend=str(_field(data, "backend", str, file, "sim")),
         sampler=sampler,
         trials=trials,
-        seed=int(_field(data, "seed", int, file, 0)),
+        seed=seed,
         regression_threshold=threshold,
         registered_model=str(_field(data, "registered_model", str, file, "axon-costmodel-{hw}")),
         source=file,

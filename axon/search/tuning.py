@@ -277,7 +277,8 @@ def _tune(
                 run.run_id if run else "",
                 tuple(l.best_ns for l in result.trials if l.best_ns is not None),
                 adversarial,
-                tuple(x.describe() for x in fp_rejected),
+                # with the id `axon variants` lists it by: two variants can have the same moves
+                tuple(f"{x.describe()} [id {x.variant.hash[:8]}]" for x in fp_rejected),
                 variant.hash,
                 turned_down,
             )

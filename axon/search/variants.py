@@ -21,6 +21,7 @@ def workload_graph(workload: Any, preset: str, dtype: str, shape: Mapping[str, i
     dims = dict(shape or {})
     if workload.presets:
         return workload.graph(preset, dtype=dtype, **dims)
+    workload.dims(preset)  # a preset it does not have is refused, not ignored
     return workload.graph(None, dtype=dtype, **dims)
 
 

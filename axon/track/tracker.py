@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import socket
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +26,19 @@ from axon.track.view import view_tags
 from axon.workdir import Workdir
 
 DEFAULT_EXPERIMENT = "axon"
+
+
+def _reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
+    """A tracking server (http[s]://host:port) that accepts no connection is a StoreError at once:
+    MLflow's client would retry it with backoff for minutes before the tune even starts."""
+    url = urllib.parse.urlsplit(tracking_uri)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"MLflow tracking server {tracking_uri} cannot be reached: {exc}") from None
 
 
 @contextmanager
@@ -142,6 +157,7 @@ class Tracker:
         self, tracking_uri: str, artifact_root: str | None = None, experiment: str = DEFAULT_EXPERIMENT
     ) -> None:
         self.tracking_uri = tracking_uri
+        _reachable(tracking_uri)
         try:
             # The first client of a fresh SQLite store creates its tables (MlflowClient() already
             # does); two processes at once fail ("table experiments already exists", "duplicate

@@ -198,6 +198,30 @@ def get(name: str) -> Workload:
     raise SpecError(f"unknown workload {name!r}{hint}")
 
 
+def _presets(table: Any, path: str, fn_name: str) -> Mapping[str, Mapping[str, int]]:
+    """`PRESETS[fn_name]` of a spec file, checked: a SpecError naming the file and the entry that is
+    not a mapping of preset names to {dimension: positive int}."""
+    if not isinstance(table, Mapping):
+        raise SpecError(
+            f"spec file {path!r}: PRESETS must be a dict of function names to presets, got {type(table).__name__}"
+        )
+    presets = table.get(fn_name, {})
+    if not isinstance(presets, Mapping):
+        raise SpecError(f"spec file {path!r}: PRESETS[{fn_name!r}] must map preset names to shapes")
+    for preset, dims in presets.items():
+        if not isinstance(dims, Mapping):
+            raise SpecError(
+                f"spec file {path!r}: PRESETS[{fn_name!r}][{preset!r}] must map dimension names to sizes, got {dims!r}"
+            )
+        for dim, size in dims.items():
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise SpecError(
+                    f"spec file {path!r}: PRESETS[{fn_name!r}][{preset!r}][{dim!r}] must be a positive "
+                    f"integer, got {size!r}"
+                )
+    return presets
+
+
 def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     """Load `path.py:function`. Presets come from `PRESETS = {"function": {"default": {...}}}`, if any.
 
@@ -210,7 +234,8 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
         raise SpecError(f"malformed spec reference {ref!r}: expected PATH.py:FUNCTION, e.g. my_model.py:block")
     path = os.path.abspath(os.path.join(base or os.getcwd(), os.path.expanduser(path)))
     if not os.path.isfile(path):
-        raise SpecError(f"spec file {path!r} not found" + (f" (from {ref!r})" if not os.path.isabs(ref) else ""))
+        what = "is a directory, not a file" if os.path.isdir(path) else "not found"
+        raise SpecError(f"spec file {path!r} {what}" + (f" (from {ref!r})" if not os.path.isabs(ref) else ""))
     mod_name = f"axon_user_spec_{abs(hash(os.path.abspath(path)))}"
     loader_spec = importlib.util.spec_from_file_location(mod_name, path)
     if loader_spec is None or loader_spec.loader is None:
@@ -227,9 +252,7 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     if fn is None or not callable(fn):
         raise SpecError(f"spec file {path!r} has no function {fn_name!r}")
     signature_of(fn)
-    presets = getattr(module, "PRESETS", {}).get(fn_name, {})
-    if not isinstance(presets, Mapping):
-        raise SpecError(f"spec file {path!r}: PRESETS[{fn_name!r}] must map preset names to shapes")
+    presets = _presets(getattr(module, "PRESETS", {}), path, fn_name)
     return Workload(
         f"{path}:{fn_name}", fn, "user", fn.__doc__ or fn_name, presets, identifier(getattr(fn, "__name__", fn_name))
     )

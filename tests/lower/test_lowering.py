@@ -272,3 +272,19 @@ def test_stationary_tiles_and_store_stage_rotate():
     assert len(transposes) == 2 and "(i_r + 1) % 2" in transposes[1] and "i_r" not in transposes[0]
     matmuls = [line for line in src.splitlines() if "nisa.nc_matmul" in line]
     assert any("(i_r) % 2" in line for line in matmuls)
+
+
+@pytest.mark.parametrize("name", ["matmul", "rmsnorm_matmul", "layernorm_matmul"])
+@pytest.mark.parametrize("tile_k", [128, 64])
+def test_contraction_that_tile_k_does_not_divide_is_tiled_by_a_divisor(name, tile_k):
+    # K=200 was rejected at every tile_k ("not a multiple of tile_k"), so every trial of a tune failed
+    graph = get(name).graph("small", K=200)
+    prog, src = _check(graph, {"tile_k": tile_k}, "float32")
+    tk = 100 if tile_k == 128 else 50  # the largest divisor of 200 up to tile_k
+    assert f"[0:{tk}, " in src, src[:2000]
+
+
+def test_contraction_with_no_useful_divisor_is_rejected_with_the_way_out():
+    graph = get("matmul").graph("small", K=251)
+    with pytest.raises(Rejected, match="contraction 251 .* no divisor from 16 to 128: pad it to a multiple of 64"):
+        lower(graph, {"tile_k": 128}, HW)
