@@ -194,15 +194,16 @@ def declared_ranges(graph: Graph) -> dict[str, Range]:
 HEADROOM = 2.0**16
 
 
-def input_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
+def input_ranges(graph: Graph, dtype: str, seed: int = 0, bar: float | None = None) -> dict[str, Range]:
     """Every input's range: the declared one, or [-R, R] derived from the spec as written.
 
     R is the largest of 16, 256, ... at which the spec as written, in `dtype`, stays within the kernel
-    tolerance of float64 on every range class of that input (the others typical): the spec as
-    written is what the user asked for, and where it already breaks no variant is held to more.
+    tolerance of float64 (or `bar`) on every range class of that input (the others typical): the spec
+    as written is what the user asked for, and where it already breaks no variant is held to more.
     Where the spec fails outright there (or nowhere below the dtype's limit), R keeps `HEADROOM`
     below it. An input the spec breaks on already at 16 gets [-1, 1].
     """
+    bar = tolerance(dtype) if bar is None else bar
     g = reduced(graph)
     ranges = {n: (-1.0, 1.0) for n in g.input_names}
     ranges.update(declared_ranges(g))
@@ -218,7 +219,7 @@ def input_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
                     _spec_error(g, class_inputs(g, {**ranges, name: (-bound, bound)}, c, name, dtype, seed), dtype)
                     for c in RANGE_CLASSES
                 )
-                if worst > tolerance(dtype):
+                if worst > bar:
                     outright = not worst < 0.5
                     break
                 best = bound
@@ -226,6 +227,19 @@ def input_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
         r = max(best / HEADROOM, 1.0) if outright else best
         ranges[name] = (-r, r)
     return ranges
+
+
+def finite_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
+    """Every input's range where the spec as written stays finite: [-R, R], `HEADROOM` below the first
+    bound at which it fails outright (a relative error of 0.5 or more: an overflow, a NaN) on a range
+    class, or below the dtype's limit; declared ranges as declared.
+
+    Wider than `input_ranges` where the spec loses accuracy before it overflows (softmax with a
+    temperature, x / 0.7, is past the float32 tolerance at |x| ~ 256 and finite up to ~1e38): a
+    variant that overflows where the spec as written does not (exp without the max shift) returns
+    NaN on inputs the spec as written computes, so the overflow and domain hazards are looked for on
+    these ranges too (`axon.verify.floating.screen`)."""
+    return input_ranges(graph, dtype, seed, bar=0.5)
 
 
 def joint_ranges(graph: Graph, ranges: Mapping[str, Range], cls: str, dtype: str, seed: int = 0) -> dict[str, Range]:

@@ -23,6 +23,7 @@ from axon.verify.adversarial import (
     class_error,
     class_inputs,
     evaluate_in,
+    finite_ranges,
     input_ranges,
     quantize,
     reduced,
@@ -176,6 +177,26 @@ def test_gate_rejects_unshift_exp_for_attention():
     assert not any("unshift-exp" in _moves(v) for v in kept)
     assert any(_moves(r.variant) == "unshift-exp" and "exp overflows" in r.reason for r in rejected)
     assert any(_moves(v) == "hoist-factor" for v in kept)
+
+
+@ax.spec(x="M N")
+def _temperature_softmax(x):
+    z = x / 0.7
+    e = ax.exp(z - ax.max(z))
+    return e / ax.sum(e)
+
+
+def test_gate_rejects_unshift_exp_where_the_spec_as_written_is_inaccurate_before_it_overflows():
+    """x / 0.7 takes the spec as written past the float32 tolerance below |x| = 256, so the accuracy-
+    derived range is [-16, 16], where exp(x / 0.7) does not overflow; on logits of +-100 it does (NaN
+    in every row) while the spec as written stays finite. The overflow is looked for where the spec as
+    written stays finite."""
+    g = trace(_temperature_softmax, M=128, N=256)
+    accurate, finite = input_ranges(g, "float32"), finite_ranges(g, "float32")
+    assert accurate["x"][1] < 100 and finite["x"][1] > 1e30
+    kept, rejected = screen(g, _variants(g))
+    assert not any("unshift-exp" in _moves(v) for v in kept)
+    assert any(_moves(r.variant) == "unshift-exp" and "exp overflows" in r.reason for r in rejected)
 
 
 @pytest.mark.parametrize("name", ["layernorm", pytest.param("layernorm_matmul", marks=pytest.mark.slow)])
