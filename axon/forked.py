@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
+from axon.errors import AxonError
+
 T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
@@ -41,7 +43,9 @@ def workers(requested: int | None = None) -> int:
         return 1
     if requested is None:
         env = os.environ.get("AXON_CPUS", "").strip()
-        requested = int(env) if env.isdigit() else min(2, len(os.sched_getaffinity(0)))
+        if env and not (env.isdigit() and int(env) >= 1):  # like --cpus 0: refused, not quietly replaced
+            raise AxonError(f"AXON_CPUS={env!r}: expected a positive integer, the processes a tune may use")
+        requested = int(env) if env else min(2, len(os.sched_getaffinity(0)))
     return max(1, requested)
 
 

@@ -482,3 +482,23 @@ def test_a_constant_that_is_not_finite_is_refused_at_its_line(tmp_path, body, li
         str(tmp_path / "w"),
         fragments=("is not finite", f"nonfinite.py:{line}"),
     )
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2"])
+def test_a_malformed_axon_cpus_is_refused_as_cpus_is(tmp_path, monkeypatch, value):
+    # it was replaced quietly: "abc" by the default, "0" by 1, while --cpus 0 is refused
+    monkeypatch.setenv("AXON_CPUS", value)
+    refused(
+        "tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path),
+        fragments=(f"AXON_CPUS={value!r}", "positive integer"),
+    )  # fmt: skip
+
+
+def test_rerunning_a_study_whose_every_trial_failed_says_so(tmp_path):
+    # it said the study "already has --trials 3 trials ... raise --trials", as if they had measured something
+    (tmp_path / "prime.py").write_text(
+        "import axon.spec as ax\n\n@ax.spec(x='M K', w='K N')\ndef mm(x, w):\n    return x @ w\n"
+    )
+    args = ("tune", "prime.py:mm", "--shape", "M=128,K=1021,N=128", "--trials", "2", "--no-track", "--quiet")
+    refused(*args, cwd=tmp_path, fragments=("no trial produced a valid measurement",))
+    refused(*args, cwd=tmp_path, fragments=("already has 2 trials and every one failed", "pad it", "--study NAME"))

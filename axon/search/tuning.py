@@ -82,6 +82,24 @@ def failure_summary(logs: Sequence[TrialLog], failed: int) -> str:
     return f"{failed} failed ({common}{more}): first: {reasons[0].splitlines()[0] if reasons[0] else '?'}"
 
 
+def _nothing_ran(storage: Any, study_name: str, trials: int) -> str:
+    """Why a run measured nothing: its study already had `trials` trials (every one failed, or some
+    measured kernel the current code no longer emits), or `--seconds` ended first."""
+    earlier = optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False)
+    failed = [t for t in earlier if t.state == optuna.trial.TrialState.FAIL]
+    if earlier and len(failed) == len(earlier):
+        first = next((str(v) for t in failed for v in t.user_attrs.values()), "no reason recorded")
+        return (
+            f"the study {study_name} already has {len(earlier)} trials and every one failed (first: "
+            f"{first.splitlines()[0][:200]}): --trials above {len(earlier)} tries more points, "
+            "--study NAME starts afresh"
+        )
+    return (
+        f"no trial ran (the study {study_name} already has --trials {trials} trials, or --seconds ended "
+        f"first): raise --trials or --seconds"
+    )
+
+
 def warn(callbacks: Sequence[Callback], message: str) -> None:
     """Tell the callbacks that take warnings; a Python warning when none does."""
     takers = [c for c in callbacks if type(c).on_warning is not Callback.on_warning]
@@ -228,10 +246,7 @@ def _tune(
             ) from None
         if result.best is None:
             if not result.trials:
-                raise AxonError(
-                    f"{w.name}: no trial ran (the study {result.study_name} already has --trials {r.trials} "
-                    f"trials, or --seconds ended first): raise --trials or --seconds"
-                )
+                raise AxonError(f"{w.name}: {_nothing_ran(storage, result.study_name, r.trials)}")
             raise AxonError(
                 f"{w.name}: no trial produced a valid measurement: {failure_summary(result.trials, result.failed)}"
             )
