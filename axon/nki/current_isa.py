@@ -81,9 +81,10 @@ def dma_copy(
     engine: Any = None,
     name: Any = None,
 ) -> Any:
-    """`nisa.dma_copy(dst, src, ...)`: dst = src, casting through float32 (Neuron 2.30). The current
-    API has no `mask=`; its descriptor and priority options do not change the data."""
-    return I.dma_copy(dst, src)
+    """`nisa.dma_copy(dst, src, ...)`: dst = src between SBUF and HBM, bit for bit when the dtypes
+    match, else casting through float32 (Neuron 2.30). The current API has no `mask=`; its
+    descriptor and priority options do not change the data."""
+    return I.dma_copy(dst, src, isa=True)
 
 
 def dma_transpose(
@@ -98,7 +99,7 @@ def dma_transpose(
     """`nisa.dma_transpose(dst, src, axes=(1, 0))` of a 2-D access (Neuron 2.30)."""
     if axes is not None and tuple(axes) != (1, 0):
         raise active().fail("dma_transpose axes", f"axes={tuple(axes)} (3-D/4-D DMA transposes) are not emulated")
-    return I.dma_transpose(dst, src)
+    return I.dma_transpose(dst, src, isa=True)
 
 
 def iota(dst: Any, pattern: Any, offset: int = 0, channel_multiplier: int = 0, name: Any = None) -> Any:

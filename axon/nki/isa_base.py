@@ -73,6 +73,16 @@ def _val(x: Any) -> Any:
     return np.float32(x)
 
 
+def _copied(src: View, dst: View) -> Any:
+    """What a copy of `src` writes into `dst`: the stored values themselves when the dtypes match
+    (a DMA moves bytes; tensor_copy "performs a bit-accurate copy" then, nki.isa.tensor_copy), else
+    through fp32 (the intermediate cast of a converting copy). Through fp32 an int32 beyond 2^24
+    would round."""
+    if src.dtype == dst.dtype:
+        return src.alloc.data[src.np_index()].copy()  # type: ignore[index]
+    return _val(src)
+
+
 def _ival(x: Any) -> Any:
     """Integer values of a view (or an integer scalar): what bitvec operators compute on."""
     if isinstance(x, View):

@@ -11,7 +11,19 @@ import numpy as np
 from axon.nki.context import active, kernel_site
 from axon.nki.dtypes import float32
 from axon.nki.indexing import IndexExpr, Predicate
-from axon.nki.isa_base import M, _empty, _engine, _masked, _new, _not_both_psum, _same_count, _simple, _val, op_name
+from axon.nki.isa_base import (
+    M,
+    _copied,
+    _empty,
+    _engine,
+    _masked,
+    _new,
+    _not_both_psum,
+    _same_count,
+    _simple,
+    _val,
+    op_name,
+)
 from axon.nki.isa_vector import _vec
 from axon.nki.machine import Machine
 from axon.nki.memory import View
@@ -37,7 +49,7 @@ def tensor_copy(
         return dst
     _same_count(m, dst, src, "tensor_copy", site)
     return _simple(
-        "tensor_copy", _engine("tensor_copy", engine), dst, [("src", src)], lambda: _val(src), (), src, site, m
+        "tensor_copy", _engine("tensor_copy", engine), dst, [("src", src)], lambda: _copied(src, dst), (), src, site, m
     )
 
 
@@ -62,6 +74,18 @@ def reciprocal(
     )
 
 
+def _fill_value(m: Machine, dst: View, value: Any, site: tuple[str, int]) -> Any:
+    """memset's constant as stored: an integer into an integer tile exactly (memset "supports all
+    valid NKI dtypes"; through fp32 an int32 beyond 2^24 would round), refused when out of its
+    range; anything else through fp32."""
+    if np.issubdtype(dst.dtype, np.integer) and np.isfinite(float(value)) and float(value) == int(value):
+        info = np.iinfo(dst.dtype)
+        if not info.min <= int(value) <= info.max:
+            raise m.fail("memset value", f"memset value {value} is outside the range of {dst.dtype}", site)
+        return np.asarray(int(value), dtype=dst.dtype)
+    return np.float32(value)
+
+
 def memset(
     dst: View, value: Any, engine: Any = None, mask: Predicate | None = None, name: Any = None, **_: Any
 ) -> View:
@@ -70,17 +94,8 @@ def memset(
     (dst,) = _masked(mask, dst)
     if _empty(dst):
         return dst
-    return _simple(
-        "memset",
-        _engine("memset", engine),
-        dst,
-        [],
-        lambda: np.float32(value),
-        (("value", float(value)),),
-        dst,
-        site,
-        m,
-    )
+    fill = _fill_value(m, dst, value, site)
+    return _simple("memset", _engine("memset", engine), dst, [], lambda: fill, (("value", float(value)),), dst, site, m)
 
 
 def _pattern_values(

@@ -12,6 +12,7 @@ from axon.nki.dtypes import float32
 from axon.nki.indexing import Predicate
 from axon.nki.isa_base import (
     M,
+    _copied,
     _empty,
     _engine,
     _masked,
@@ -29,21 +30,40 @@ from axon.target import isa as T
 # ---- data movement -----------------------------------------------------------------------------
 
 
+def _no_psum(m: Any, opcode: str, dst: View, src: View, site: tuple[str, int]) -> None:
+    """DMA "performs data movement between memory locations (SBUF or HBM)" (nki.isa.dma_copy):
+    PSUM is read and written by the engines only."""
+    for role, v in (("dst", dst), ("src", src)):
+        if v.alloc.kind == "psum":
+            raise m.fail(
+                f"{opcode} {role} in PSUM", f"DMA moves data between HBM and SBUF; {role} {v!r} is in PSUM", site
+            )
+
+
 def dma_copy(
-    dst: View, src: View, mask: Predicate | None = None, dge_mode: Any = None, name: Any = None, **_: Any
+    dst: View,
+    src: View,
+    mask: Predicate | None = None,
+    dge_mode: Any = None,
+    name: Any = None,
+    isa: bool = False,
+    **_: Any,
 ) -> View:
-    """DMA `src` into `dst` (HBM<->SBUF, or within one); a dtype change casts."""
+    """DMA `src` into `dst` (HBM<->SBUF, or within one); a dtype change casts. `isa`: called as
+    nki.isa.dma_copy, which refuses PSUM (nl.store of a PSUM tile is compiled through SBUF)."""
     m, site = active(), kernel_site()
     dst, src = _masked(mask, dst, src)
     if _empty(dst, src):
         return dst
     _same_count(m, dst, src, "dma_copy", site)
+    if isa:
+        _no_psum(m, "dma_copy", dst, src, site)
     return _simple(
         "dma_copy",
         "dma",
         dst,
         [("src", src)],
-        (lambda: _val(src).reshape(dst.shape)) if m.execute else None,
+        (lambda: _copied(src, dst).reshape(dst.shape)) if m.execute else None,
         (("src", src.alloc.kind), ("dst", dst.alloc.kind)),
         src,
         site,
@@ -51,12 +71,18 @@ def dma_copy(
     )
 
 
-def dma_transpose(dst: View, src: View, axes: Any = None, mask: Predicate | None = None, **_: Any) -> View:
+def dma_transpose(
+    dst: View, src: View, axes: Any = None, mask: Predicate | None = None, isa: bool = False, **_: Any
+) -> View:
     """DMA `src` [a, b] into `dst` [b, a]."""
     m, site = active(), kernel_site()
     (src,) = _masked(mask, src)
+    if isa:
+        _no_psum(m, "dma_transpose", dst, src, site)
+    if len(src.shape) != 2:
+        raise m.fail("shape", f"dma_transpose of a {len(src.shape)}-D tile {list(src.shape)}: 2-D tiles only", site)
     dst = _transposed_box(dst, src)
-    if len(src.shape) != 2 or tuple(dst.shape) != (src.shape[1], src.shape[0]):
+    if tuple(dst.shape) != (src.shape[1], src.shape[0]):
         raise m.fail(
             "shape mismatch",
             f"dma_transpose of {list(src.shape)} needs dst {[*src.shape[::-1]]}, got {list(dst.shape)}",
@@ -67,7 +93,7 @@ def dma_transpose(dst: View, src: View, axes: Any = None, mask: Predicate | None
         "dma",
         dst,
         [("src", src)],
-        lambda: T.sem_transpose(M, _val(src)),
+        lambda: T.sem_transpose(M, _copied(src, dst)),
         (("src", src.alloc.kind), ("dst", dst.alloc.kind), ("transpose", True)),
         src,
         site,

@@ -10,9 +10,18 @@ import numpy as np
 
 from axon.nki import instructions as I
 from axon.nki.context import active, kernel_site, maybe_active
-from axon.nki.dtypes import Buffer, as_dtype, float32, par_dim, shared_hbm
+from axon.nki.dtypes import Buffer, as_dtype, par_dim, shared_hbm, uint8
 from axon.nki.indexing import Predicate
 from axon.nki.memory import View
+
+# The nki.language calls of the API reference (legacy and current) that are not emulated: looking
+# one up is an NKIError naming it (`language.__getattr__`), never an opaque AttributeError.
+NOT_EMULATED = (
+    "sign sin cos tan arctan ceil floor trunc abs_max abs_min erf erf_dx gelu_dx gelu_apprx_sigmoid "
+    "gelu_apprx_sigmoid_dx silu_dx mish softplus dropout rms_norm all logical_and logical_or logical_xor "
+    "logical_not expand_dims gather_flattened atomic_rmw rand random_seed"
+).split()
+
 
 # ---- tensors -----------------------------------------------------------------------------------
 
@@ -94,7 +103,8 @@ def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
     return t
 
 
-def shared_identity_matrix(n: int, dtype: Any = float32, **kw: Any) -> View:
+def shared_identity_matrix(n: int, dtype: Any = uint8, **kw: Any) -> View:
+    """An n x n identity in shared HBM, uint8 unless `dtype` says otherwise (the documented default)."""
     return shared_constant(np.eye(n), dtype)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from axon.errors import NKIError
 from axon.nki import instructions as I
 from axon.nki.context import active, kernel_site, maybe_active
 from axon.nki.dtypes import (
@@ -41,6 +42,7 @@ from axon.nki.dtypes import (
 )
 from axon.nki.indexing import DynSlice, IndexExpr, Predicate, arange, ds, mgrid
 from axon.nki.lang_tensors import (
+    NOT_EMULATED,
     _buffer_kind,
     _mask,
     _range,
@@ -208,8 +210,11 @@ def var(x: View, axis: Any, dtype: Any = None, mask: Predicate | None = None, **
 
 
 def transpose(x: View, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
-    """Partition <-> free transpose on TensorE (result in PSUM)."""
-    return I.nc_transpose(None, x, engine="tensor", mask=mask)
+    """Partition <-> free transpose on TensorE (result in PSUM), of dtype `dtype`, by default x's
+    ("if not specified, it will default to be the same as the data type of the input tile")."""
+    mask = _mask(mask)
+    out = I._new(active(), (x.free_size, x.partitions), dtype or x.dtype, "psum")
+    return out if mask == "skip" else I.nc_transpose(out, x, engine="tensor", mask=mask)
 
 
 def matmul(x: View, y: View, transpose_x: bool = False, mask: Predicate | None = None, **_: Any) -> View:
@@ -370,6 +375,12 @@ class _NotEmulatedDtype:
 float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4 = (
     _NotEmulatedDtype(n) for n in ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")
 )
+
+
+def __getattr__(name: str) -> Any:
+    if name in NOT_EMULATED:
+        raise NKIError(f"nki.language.{name} is not emulated by Axon's NKI emulator")
+    raise AttributeError(f"module 'nki.language' has no attribute {name!r}")
 
 
 # the operators of views in kernel expressions (`a * b`, `x ** 2`, `t.broadcast_to(shape)`)

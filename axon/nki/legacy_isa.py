@@ -276,12 +276,12 @@ def bn_aggr(data: View, mask: Predicate | None = None, dtype: Any = None, **kw: 
 
 
 def dma_copy(dst: View, src: View, mask: Predicate | None = None, **kw: Any) -> View:
-    return I.dma_copy(dst, src, mask=mask)
+    return I.dma_copy(dst, src, mask=mask, isa=True)
 
 
 def dma_transpose(src: View, axes: Any = None, mask: Predicate | None = None, dtype: Any = None, **kw: Any) -> View:
     t = I._new(active(), src.shape[::-1], as_dtype(dtype) if dtype is not None else src.dtype)
-    return I.dma_transpose(t, src, mask=mask)
+    return I.dma_transpose(t, src, mask=mask, isa=True)
 
 
 # the operators of views in legacy tile expressions (`t[...] = x`, `t += x`)
