@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from axon.errors import AxonError, SpecError, StoreError
+from axon.errors import AxonError, BackendError, SpecError, StoreError
 from axon.ir import Graph, flops, matmul_flops, min_bytes
+from axon.measure.neuron import NeuronBackend
 from axon.search.request import TuneRequest
 from axon.search.variants import workload_graph
 from axon.target import HardwareSpec
@@ -194,6 +195,8 @@ def preflight(request: TuneRequest) -> tuple[Workload, Graph]:
 def preflight_sweep(config: Any, workdir: Workdir) -> None:
     """`preflight` for every task of a `SweepConfig`, the error naming the config file and the entry."""
     check_journal(workdir.journal)
+    if config.backend == "neuron" and (reason := NeuronBackend.available()):  # as `tune --backend neuron`: before any task
+        raise BackendError(f"{config.source}: backend 'neuron' cannot run here: {reason}; use backend: sim")
     for hw, entry in config.tasks():
         try:
             request = TuneRequest.make(
