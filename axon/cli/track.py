@@ -188,7 +188,7 @@ def stop_ui(proc: subprocess.Popen) -> None:
 
 @click.command()
 @workdir_option
-@click.option("-n", "count", default=20, show_default=True, help="How many runs.")
+@click.option("-n", "count", default=20, show_default=True, type=click.IntRange(1), help="How many runs (>= 1).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
 def runs(workdir: str | None, count: int, as_json: bool) -> None:
     """List recent tuning runs: hardware, shape, dtype, best latency and speedup over unfused."""
