@@ -322,3 +322,26 @@ def test_a_corrupt_records_database_is_refused_before_the_variants(tmp_path, mon
         "tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(tmp_path),
         fragments=("record database", "records.db is corrupt", "move it aside"),
     )
+
+
+@pytest.mark.slow
+def test_a_registered_cost_model_is_read_from_the_workdirs_store(tmp_path, monkeypatch):
+    """`--cost-model models:/NAME@champion` without --tracking-uri looked in MLflow's default store
+    (creating ./mlflow.db in the current directory): the model a sweep registered in the workdir was
+    'not found'."""
+    from axon.search.costmodel import CostModel
+    from axon.track import Tracker
+
+    shipped = CostModel.load(REPO / "models" / "axon-costmodel-trn1.json").save(tmp_path / "m.json")
+    workdir = tmp_path / "w"
+    tracker = Tracker.for_workdir(workdir)
+    with tracker.run("train") as run:
+        tracker.log_cost_model(run, shipped, "axon-costmodel-trn1", accuracy=0.8)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    result = axon_in_process(
+        "tune", "softmax", "--preset", "small", "--trials", "1", "--quiet",
+        "--cost-model", "models:/axon-costmodel-trn1@champion", "--workdir", str(workdir), cwd=elsewhere,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not list(elsewhere.iterdir())
