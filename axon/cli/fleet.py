@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -71,6 +72,7 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
     Started on any machine with the same --storage (and --tracking-uri), it takes the next task
     no worker holds; the last to finish writes the summary and retrains the cost model.
     """
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as `tune` and `sweep`, also in the background
     fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri)
     for sweep in [sweep_id] if sweep_id else pending_sweeps(fleet):
         report = work(fleet, sweep, cost_model=cost_model)

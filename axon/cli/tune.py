@@ -271,6 +271,9 @@ def sweep(
     task got slower, else 0.
     """
 
+    # as `tune`: started in the background by a non-interactive shell, SIGINT arrives ignored, and
+    # Ctrl-C (or kill -INT) ran the whole sweep to its end; it must stop it (a resumed sweep goes on)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     path = resolve_workdir(workdir)
     if workers > 1 or storage or records:
         fleet_sweep(

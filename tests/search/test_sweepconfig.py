@@ -1,11 +1,14 @@
 """Sweep configs: the shipped ones parse; mistakes name the file and field; regressions are found."""
 
+import importlib
+import signal
+
 import pytest
 
 from axon.errors import SpecError
-from axon.search.sweepconfig import compare, load_sweep
 from axon.measure.neuron import NeuronBackend
-from tests.conftest import REPO, refused
+from axon.search.sweepconfig import compare, load_sweep
+from tests.conftest import REPO, axon_in_process, refused
 
 
 def test_shipped_configs_parse():
@@ -70,3 +73,25 @@ def test_sweep_on_neuron_without_the_sdk_is_refused_before_any_task(tmp_path):
     path.write_text("backend: neuron\nentries: [{workload: softmax, preset: small}]\n")
     refused("sweep", str(path), "--workdir", str(tmp_path / "w"), fragments=("backend 'neuron' cannot run here",))
     assert not (tmp_path / "w" / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "worker"])
+def test_sweep_and_worker_stop_on_sigint_when_started_with_it_ignored(tmp_path, monkeypatch, command):
+    """`axon sweep ... &` from a script starts with SIGINT ignored: kill -INT (Ctrl-C) ran the whole
+    sweep to its end, exit 0. `axon tune` restores the handler; sweep and worker now do too."""
+    seen = []
+
+    def started(*args, **kwargs):
+        seen.append(signal.getsignal(signal.SIGINT))
+        raise KeyboardInterrupt
+
+    # the modules, not the click commands of the same names on `axon.cli`
+    monkeypatch.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", started)
+    monkeypatch.setattr(importlib.import_module("axon.cli.fleet"), "Fleet", started)
+    argv = ["sweep", str(REPO / "configs/sweeps/demo.yaml")] if command == "sweep" else ["worker"]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = axon_in_process(*argv, "--workdir", str(tmp_path))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == [signal.default_int_handler] and result.returncode == 130, (seen, result.stderr)
