@@ -49,7 +49,10 @@ def parse_shape_range(text: str | None, max_shapes: int = 256) -> dict[str, tupl
             raise SpecError(f"malformed --shape {text!r}: {hint}")
         else:
             value = key
-        out[name].extend(_values(text, value.strip(), hint))
+        for v in _values(text, value.strip(), hint):
+            if v in out[name]:  # M=128,128: one shape, which then read as a malformed single shape
+                raise SpecError(f"malformed --shape {text!r}: {name}={v} is given twice")
+            out[name].append(v)
     for name, values in out.items():
         if not values:
             raise SpecError(f"--shape {text!r}: the range of {name} is empty")
@@ -73,4 +76,11 @@ def _values(text: str, value: str, hint: str) -> list[int]:
         raise SpecError(f"malformed --shape {text!r}: range {value!r}; {hint}")
     if int(hi) < int(lo):
         raise SpecError(f"--shape {text!r}: the range {value!r} is empty (its end is below its start)")
-    return list(range(int(lo), int(hi) + 1, int(step)))
+    values = list(range(int(lo), int(hi) + 1, int(step)))
+    if len(values) == 1 and int(hi) > int(lo):  # M=1..4 steps by 128: only M=1, not the range meant
+        raise SpecError(
+            f"--shape {text!r}: the range {value!r} holds one shape ({lo}) at step {step}"
+            f"{'' if colon else ' (the default step)'}: give a smaller step, e.g. {lo}..{hi}:{int(hi) - int(lo)}, "
+            "or a single value"
+        )
+    return values

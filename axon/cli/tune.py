@@ -165,12 +165,12 @@ def tune(
     # started in the background by a non-interactive shell, SIGINT arrives ignored: Ctrl-C (or
     # kill -INT) must still stop the run and write the best kernel so far
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    ranges = parse_shape_range(shape) if shape and (".." in shape or _has_list(shape)) else {}
-    fixed = {k: v[0] for k, v in ranges.items() if len(v) == 1}
-    ranges = {k: v for k, v in ranges.items() if len(v) > 1}
+    parsed = parse_shape_range(shape) if shape and (".." in shape or _has_list(shape)) else {}
+    fixed = {k: v[0] for k, v in parsed.items() if len(v) == 1}
+    ranges = {k: v for k, v in parsed.items() if len(v) > 1}
     request = TuneRequest.make(
         workload,
-        shape=fixed if ranges else parse_shape_option(shape),
+        shape=fixed if parsed else parse_shape_option(shape),  # M=128..128 is M=128
         preset=preset,
         dtype=dtype,
         hw=hw,
