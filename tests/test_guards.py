@@ -319,7 +319,14 @@ def test_a_corrupt_records_database_is_refused_before_the_variants(tmp_path, mon
 
     monkeypatch.setattr("axon.search.tuning.verified_variants", screened)
     refused(
-        "tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(tmp_path),
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--workdir",
+        str(tmp_path),
         fragments=("record database", "records.db is corrupt", "move it aside"),
     )
 
@@ -340,8 +347,18 @@ def test_a_registered_cost_model_is_read_from_the_workdirs_store(tmp_path, monke
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     result = axon_in_process(
-        "tune", "softmax", "--preset", "small", "--trials", "1", "--quiet",
-        "--cost-model", "models:/axon-costmodel-trn1@champion", "--workdir", str(workdir), cwd=elsewhere,
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "1",
+        "--quiet",
+        "--cost-model",
+        "models:/axon-costmodel-trn1@champion",
+        "--workdir",
+        str(workdir),
+        cwd=elsewhere,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert not list(elsewhere.iterdir())

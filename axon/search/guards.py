@@ -205,7 +205,9 @@ def check_records(where: str | Path) -> None:
 def preflight_sweep(config: Any, workdir: Workdir) -> None:
     """`preflight` for every task of a `SweepConfig`, the error naming the config file and the entry."""
     check_journal(workdir.journal)
-    if config.backend == "neuron" and (reason := NeuronBackend.available()):  # as `tune --backend neuron`: before any task
+    if config.backend == "neuron" and (
+        reason := NeuronBackend.available()
+    ):  # as `tune --backend neuron`: before any task
         raise BackendError(f"{config.source}: backend 'neuron' cannot run here: {reason}; use backend: sim")
     for hw, entry in config.tasks():
         try:

@@ -126,7 +126,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
     entries_raw = _field(data, "entries", list, file, required=True)
     if not entries_raw:
         raise SpecError(f"{file}: field entries is empty")
-    entries = []
+    entries: list[SweepEntry] = []
     for i, raw in enumerate(entries_raw):
         where = f"entries[{i}]"
         if not isinstance(raw, dict) or "workload" not in raw:

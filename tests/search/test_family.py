@@ -214,5 +214,7 @@ def test_a_range_of_one_value_is_that_shape(tmp_path, monkeypatch):
         raise SpecError("stop here")
 
     monkeypatch.setattr("axon.search.tuning.preflight", preflight)
-    result = axon_in_process("tune", "rmsnorm", "--preset", "small", "--shape", "M=128..128", "--workdir", str(tmp_path))
+    result = axon_in_process(
+        "tune", "rmsnorm", "--preset", "small", "--shape", "M=128..128", "--workdir", str(tmp_path)
+    )
     assert seen == [{"M": 128}] and "stop here" in result.stderr, result.stderr

@@ -54,7 +54,10 @@ def test_compare_flags_slowdowns_over_threshold_and_new_failures():
         ("entries: [{workload: matmul}]\nregistered_model: 'm-{foo}'\n", "field registered_model may use only {hw}"),
         ("entries: [{workload: matmul}]\nhw: []\n", "field hw is empty"),
         ("entries: [{workload: matmul}]\nhw: [trn1, trn1]\n", "field hw names a hardware file twice"),
-        ("entries: [{workload: matmul}, {workload: softmax}, {workload: matmul}]\n", r"entries\[2\] repeats entries\[0\]"),
+        (
+            "entries: [{workload: matmul}, {workload: softmax}, {workload: matmul}]\n",
+            r"entries\[2\] repeats entries\[0\]",
+        ),
     ],
 )
 def test_mistakes_found_at_load_not_after_tuning(tmp_path, text, message):
