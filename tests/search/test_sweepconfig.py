@@ -98,3 +98,16 @@ def test_sweep_and_worker_stop_on_sigint_when_started_with_it_ignored(tmp_path, 
     finally:
         signal.signal(signal.SIGINT, previous)
     assert seen == [signal.default_int_handler] and result.returncode == 130, (seen, result.stderr)
+
+
+def test_a_missing_cost_model_is_refused_before_any_task(tmp_path):
+    """`axon sweep --cost-model nothere.json` failed every task with the same reason, exit 1."""
+    refused(
+        "sweep",
+        str(REPO / "configs/sweeps/demo.yaml"),
+        "--workdir",
+        str(tmp_path / "w"),
+        "--cost-model",
+        str(tmp_path / "nothere.json"),
+        fragments=("cost model", "nothere.json not found"),
+    )
