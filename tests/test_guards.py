@@ -362,3 +362,15 @@ def test_a_registered_cost_model_is_read_from_the_workdirs_store(tmp_path, monke
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert not list(elsewhere.iterdir())
+
+
+@pytest.mark.slow
+def test_a_resumed_tunes_progress_counts_the_trials_done_before(tmp_path):
+    """The bar started at 0/3 and ended at 1/3 when 2 of the 3 trials were done by an earlier run."""
+    workdir = str(tmp_path / "w")
+    first = axon_in_process("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", workdir, "--no-track")
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = axon_in_process("tune", "softmax", "--preset", "small", "--trials", "3", "--workdir", workdir, "--no-track")
+    assert again.returncode == 0, again.stderr[-2000:]
+    states = re.findall(r"\| (\d+)/3 \[", again.stderr)
+    assert states and states[-1] == "3" and "1" not in states, states

@@ -46,6 +46,14 @@ class Progress(Callback):
     def on_warning(self, message: str) -> None:
         _warn(message)
 
+    def on_resume(self, done: int, best_ns: float | None) -> None:
+        # a resumed study's finished trials count against --trials: the bar starts at them (it
+        # started at 0/30 and ended at 4/30 when 26 were done before)
+        if self.bar is not None:
+            self.bar.n = self.bar.last_print_n = min(done, self.total)  # as tqdm(initial=done): not in the rate
+            if best_ns is not None:
+                self.bar.set_postfix_str(f"best {best_ns / 1e3:,.1f} us", refresh=False)
+
     def on_trial(self, log: TrialLog) -> None:
         if self.verbose and log.status in ("infeasible", "error"):
             line = (
