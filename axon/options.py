@@ -37,6 +37,7 @@ def parse_shape_range(text: str | None, max_shapes: int = 256) -> dict[str, tupl
         return {}
     hint = "expected NAME=LO..HI[:STEP] or NAME=V1,V2,... (positive integers), e.g. M=512..8192:512"
     out: dict[str, list[int]] = {}
+    collapsed: list[str] = []  # ranges that hold one shape at their step, said once the syntax is checked
     name = ""
     for item in text.split(","):
         key, sep, value = item.strip().partition("=")
@@ -49,7 +50,12 @@ def parse_shape_range(text: str | None, max_shapes: int = 256) -> dict[str, tupl
             raise SpecError(f"malformed --shape {text!r}: {hint}")
         else:
             value = key
-        out[name].extend(_values(text, value.strip(), hint))
+        for v in _values(text, value.strip(), hint, collapsed):
+            if v in out[name]:  # M=128,128: one shape, which then read as a malformed single shape
+                raise SpecError(f"malformed --shape {text!r}: {name}={v} is given twice")
+            out[name].append(v)
+    if collapsed:
+        raise SpecError(collapsed[0])
     for name, values in out.items():
         if not values:
             raise SpecError(f"--shape {text!r}: the range of {name} is empty")
@@ -61,7 +67,7 @@ def parse_shape_range(text: str | None, max_shapes: int = 256) -> dict[str, tupl
     return {k: tuple(sorted(set(v))) for k, v in out.items()}
 
 
-def _values(text: str, value: str, hint: str) -> list[int]:
+def _values(text: str, value: str, hint: str, collapsed: list[str]) -> list[int]:
     lo, dots, rest = value.partition("..")
     if not dots:
         if not value.isdigit() or int(value) < 1:
@@ -73,4 +79,11 @@ def _values(text: str, value: str, hint: str) -> list[int]:
         raise SpecError(f"malformed --shape {text!r}: range {value!r}; {hint}")
     if int(hi) < int(lo):
         raise SpecError(f"--shape {text!r}: the range {value!r} is empty (its end is below its start)")
-    return list(range(int(lo), int(hi) + 1, int(step)))
+    values = list(range(int(lo), int(hi) + 1, int(step)))
+    if len(values) == 1 and int(hi) > int(lo):  # M=1..4 steps by 128: only M=1, not the range meant
+        collapsed.append(
+            f"--shape {text!r}: the range {value!r} holds one shape ({lo}) at step {step}"
+            f"{'' if colon else ' (the default step)'}: give a smaller step, e.g. {lo}..{hi}:{int(hi) - int(lo)}, "
+            "or a single value"
+        )
+    return values

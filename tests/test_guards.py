@@ -307,3 +307,70 @@ def test_a_cost_model_of_another_machine_warns_once(tmp_path):
         "--quiet",
     )
     assert same.returncode == 0 and "trained on" not in same.stderr, same.stderr[-2000:]
+
+
+def test_a_corrupt_records_database_is_refused_before_the_variants(tmp_path, monkeypatch):
+    """It was found only when the tuner opened it, after the variants were discovered and screened
+    (13 s for rmsnorm_matmul at M=2048 here)."""
+    (tmp_path / "records.db").write_bytes(b"\0" * 100 + b"not a database" * 400)
+
+    def screened(*args, **kwargs):
+        raise AssertionError("the variants were discovered before the records database was opened")
+
+    monkeypatch.setattr("axon.search.tuning.verified_variants", screened)
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--workdir",
+        str(tmp_path),
+        fragments=("record database", "records.db is corrupt", "move it aside"),
+    )
+
+
+@pytest.mark.slow
+def test_a_registered_cost_model_is_read_from_the_workdirs_store(tmp_path, monkeypatch):
+    """`--cost-model models:/NAME@champion` without --tracking-uri looked in MLflow's default store
+    (creating ./mlflow.db in the current directory): the model a sweep registered in the workdir was
+    'not found'."""
+    from axon.search.costmodel import CostModel
+    from axon.track import Tracker
+
+    shipped = CostModel.load(REPO / "models" / "axon-costmodel-trn1.json").save(tmp_path / "m.json")
+    workdir = tmp_path / "w"
+    tracker = Tracker.for_workdir(workdir)
+    with tracker.run("train") as run:
+        tracker.log_cost_model(run, shipped, "axon-costmodel-trn1", accuracy=0.8)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    result = axon_in_process(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "1",
+        "--quiet",
+        "--cost-model",
+        "models:/axon-costmodel-trn1@champion",
+        "--workdir",
+        str(workdir),
+        cwd=elsewhere,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not list(elsewhere.iterdir())
+
+
+@pytest.mark.slow
+def test_a_resumed_tunes_progress_counts_the_trials_done_before(tmp_path):
+    """The bar started at 0/3 and ended at 1/3 when 2 of the 3 trials were done by an earlier run."""
+    workdir = str(tmp_path / "w")
+    first = axon_in_process("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", workdir, "--no-track")
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = axon_in_process("tune", "softmax", "--preset", "small", "--trials", "3", "--workdir", workdir, "--no-track")
+    assert again.returncode == 0, again.stderr[-2000:]
+    states = re.findall(r"\| (\d+)/3 \[", again.stderr)
+    assert states and states[-1] == "3" and "1" not in states, states

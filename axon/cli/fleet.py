@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -15,7 +16,7 @@ from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import SpecError
 from axon.search.fleet import Fleet, pending_sweeps, publish, work
 from axon.search.guards import preflight_sweep
-from axon.search.sweep import SweepReport, SweepRow
+from axon.search.sweep import SweepReport, SweepRow, check_cost_model
 from axon.search.sweepconfig import load_sweep
 from axon.workdir import Workdir
 
@@ -39,6 +40,7 @@ def fleet_sweep(
         parsed = replace(parsed, trials=trials or parsed.trials, sampler=sampler or parsed.sampler)
     fleet = Fleet(path, storage, records, tracking_uri)
     preflight_sweep(parsed, fleet.workdir)
+    check_cost_model(parsed, fleet.workdir, cost_model, tracking_uri)
     sweep = publish(parsed, fleet)
     command = [sys.executable, "-m", "axon.cli", "worker", "--sweep", sweep, "--workdir", str(path), "--json"]
     for flag, value in (("--storage", storage), ("--records", records), ("--tracking-uri", tracking_uri)):
@@ -71,6 +73,7 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
     Started on any machine with the same --storage (and --tracking-uri), it takes the next task
     no worker holds; the last to finish writes the summary and retrains the cost model.
     """
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as `tune` and `sweep`, also in the background
     fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri)
     for sweep in [sweep_id] if sweep_id else pending_sweeps(fleet):
         report = work(fleet, sweep, cost_model=cost_model)

@@ -24,13 +24,17 @@ from axon.workdir import Workdir, pid_alive
 
 
 def _free_port(preferred: int) -> int:
+    """`preferred` when it is free, else (or for 0) a free port: the URL printed must name the port
+    the server listens on (port 0 handed to the server left the URL at :0, never answered)."""
     with socket.socket() as s:
         try:
-            s.bind(("127.0.0.1", preferred))
-            return preferred
+            if preferred:
+                s.bind(("127.0.0.1", preferred))
+                return preferred
         except OSError:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+            pass
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def start_ui(workdir: Path, port: int) -> tuple[subprocess.Popen, str]:
@@ -80,7 +84,13 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
 
 @click.command()
 @workdir_option
-@click.option("--port", default=5000, show_default=True, type=int, help="Port (a free one is chosen if taken).")
+@click.option(
+    "--port",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port (a free one is chosen if taken, or for 0).",
+)
 @click.option(
     "--open/--no-open",
     "open_browser",
@@ -188,7 +198,7 @@ def stop_ui(proc: subprocess.Popen) -> None:
 
 @click.command()
 @workdir_option
-@click.option("-n", "count", default=20, show_default=True, help="How many runs.")
+@click.option("-n", "count", default=20, show_default=True, type=click.IntRange(1), help="How many runs (>= 1).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
 def runs(workdir: str | None, count: int, as_json: bool) -> None:
     """List recent tuning runs: hardware, shape, dtype, best latency and speedup over unfused."""

@@ -46,6 +46,14 @@ class Progress(Callback):
     def on_warning(self, message: str) -> None:
         _warn(message)
 
+    def on_resume(self, done: int, best_ns: float | None) -> None:
+        # a resumed study's finished trials count against --trials: the bar starts at them (it
+        # started at 0/30 and ended at 4/30 when 26 were done before)
+        if self.bar is not None:
+            self.bar.n = self.bar.last_print_n = min(done, self.total)  # as tqdm(initial=done): not in the rate
+            if best_ns is not None:
+                self.bar.set_postfix_str(f"best {best_ns / 1e3:,.1f} us", refresh=False)
+
     def on_trial(self, log: TrialLog) -> None:
         if self.verbose and log.status in ("infeasible", "error"):
             line = (
@@ -165,12 +173,12 @@ def tune(
     # started in the background by a non-interactive shell, SIGINT arrives ignored: Ctrl-C (or
     # kill -INT) must still stop the run and write the best kernel so far
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    ranges = parse_shape_range(shape) if shape and (".." in shape or _has_list(shape)) else {}
-    fixed = {k: v[0] for k, v in ranges.items() if len(v) == 1}
-    ranges = {k: v for k, v in ranges.items() if len(v) > 1}
+    parsed = parse_shape_range(shape) if shape and (".." in shape or _has_list(shape)) else {}
+    fixed = {k: v[0] for k, v in parsed.items() if len(v) == 1}
+    ranges = {k: v for k, v in parsed.items() if len(v) > 1}
     request = TuneRequest.make(
         workload,
-        shape=fixed if ranges else parse_shape_option(shape),
+        shape=fixed if parsed else parse_shape_option(shape),  # M=128..128 is M=128
         preset=preset,
         dtype=dtype,
         hw=hw,
@@ -271,6 +279,9 @@ def sweep(
     task got slower, else 0.
     """
 
+    # as `tune`: started in the background by a non-interactive shell, SIGINT arrives ignored, and
+    # Ctrl-C (or kill -INT) ran the whole sweep to its end; it must stop it (a resumed sweep goes on)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     path = resolve_workdir(workdir)
     if workers > 1 or storage or records:
         fleet_sweep(

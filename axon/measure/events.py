@@ -58,6 +58,10 @@ class Callback:
     def on_trial(self, trial: TrialLog) -> None:
         """After each trial, before the search is told its result."""
 
+    def on_resume(self, done: int, best_ns: float | None) -> None:
+        """Before the first trial of a resumed study: `done` trials of it already finished (they
+        count against the trial budget), the best of them `best_ns`."""
+
     def on_end(self, context: Any) -> None:
         """After the last trial (also when the run stops on Ctrl-C or an error)."""
 

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from axon.errors import AxonError, SpecError, StoreError
+from axon.errors import AxonError, BackendError, SpecError, StoreError
 from axon.ir import Graph, flops, matmul_flops, min_bytes
+from axon.measure.neuron import NeuronBackend
+from axon.measure.records import RecordDB
+from axon.measure.stores import records_location
 from axon.search.request import TuneRequest
 from axon.search.variants import workload_graph
 from axon.target import HardwareSpec
@@ -186,14 +189,26 @@ def preflight(request: TuneRequest) -> tuple[Workload, Graph]:
     kernel_out_path(request.out, request.workdir, w.kernel_name, request.hw.name, "0" * 8)
     if request.storage is None or "://" not in request.storage:
         check_journal(Path(request.storage) if request.storage else request.workdir.journal)
+    check_records(records_location(request.records, request.storage, request.workdir.records))
     if not request.force:
         check_tune(graph, request.hw, w.name)
     return w, graph
 
 
+def check_records(where: str | Path) -> None:
+    """StoreError when an existing SQLite records database is corrupt, locked or of another schema:
+    before the variants are discovered and screened (seconds), not after."""
+    if isinstance(where, Path) and where.exists():
+        RecordDB(where).close()
+
+
 def preflight_sweep(config: Any, workdir: Workdir) -> None:
     """`preflight` for every task of a `SweepConfig`, the error naming the config file and the entry."""
     check_journal(workdir.journal)
+    if config.backend == "neuron" and (
+        reason := NeuronBackend.available()
+    ):  # as `tune --backend neuron`: before any task
+        raise BackendError(f"{config.source}: backend 'neuron' cannot run here: {reason}; use backend: sim")
     for hw, entry in config.tasks():
         try:
             request = TuneRequest.make(

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from axon.errors import SpecError
+from axon.measure.neuron import BACKENDS
 from axon.target import DEFAULT_HW
 from axon.workloads import is_spec_ref
 
@@ -118,10 +119,14 @@ def load_sweep(path: str | Path) -> SweepConfig:
         raise SpecError(f"{file}: unknown field {unknown[0]}")
     hw = _field(data, "hw", (list, str), file, [DEFAULT_HW])
     hw = [hw] if isinstance(hw, str) else hw
+    if not hw:
+        raise SpecError(f"{file}: field hw is empty")
+    if len(set(map(str, hw))) < len(hw):
+        raise SpecError(f"{file}: field hw names a hardware file twice")
     entries_raw = _field(data, "entries", list, file, required=True)
     if not entries_raw:
         raise SpecError(f"{file}: field entries is empty")
-    entries = []
+    entries: list[SweepEntry] = []
     for i, raw in enumerate(entries_raw):
         where = f"entries[{i}]"
         if not isinstance(raw, dict) or "workload" not in raw:
@@ -142,7 +147,10 @@ def load_sweep(path: str | Path) -> SweepConfig:
                 f"{file}: field {where}.workload: spec file {spec_file} not found "
                 f"(a relative path is taken from the config file's directory)"
             )
-        entries.append(SweepEntry(workload, str(raw.get("preset", "default")), tuple(sorted(shape.items())), dtype))
+        entry = SweepEntry(workload, str(raw.get("preset", "default")), tuple(sorted(shape.items())), dtype)
+        if entry in entries:  # one task, one study: a repeat would be tuned once and counted once
+            raise SpecError(f"{file}: field {where} repeats entries[{entries.index(entry)}]")
+        entries.append(entry)
     sampler = _field(data, "sampler", str, file, "costmodel")
     if sampler not in SAMPLERS:
         raise SpecError(f"{file}: field sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
@@ -152,6 +160,16 @@ def load_sweep(path: str | Path) -> SweepConfig:
     seed = _field(data, "seed", int, file, 0)
     if not 0 <= seed < 2**32:
         raise SpecError(f"{file}: field seed must be in 0..{2**32 - 1}, got {seed}")
+    backend = _field(data, "backend", str, file, "sim")
+    if backend not in BACKENDS:
+        raise SpecError(f"{file}: field backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    registered = _field(data, "registered_model", str, file, "axon-costmodel-{hw}")
+    try:  # formatted once per hw after the last task: a bad template must not wait for the end
+        registered.format(hw=str(hw[0]))
+    except (KeyError, IndexError, ValueError, AttributeError):
+        raise SpecError(
+            f"{file}: field registered_model may use only {{hw}} as a placeholder, got {registered!r}"
+        ) from None
     threshold = float(_field(data, "regression_threshold", (int, float), file, 0.05))
     if threshold < 0:
         raise SpecError(f"{file}: field regression_threshold must not be negative")
@@ -159,12 +177,12 @@ def load_sweep(path: str | Path) -> SweepConfig:
         name=str(_field(data, "name", str, file, path.stem)),
         hw=tuple(hw),
         entries=tuple(entries),
-        backend=str(_field(data, "backend", str, file, "sim")),
+        backend=backend,
         sampler=sampler,
         trials=trials,
         seed=seed,
         regression_threshold=threshold,
-        registered_model=str(_field(data, "registered_model", str, file, "axon-costmodel-{hw}")),
+        registered_model=registered,
         source=file,
     )
 

@@ -160,7 +160,9 @@ def _tune(
     early = baselines_ahead(problem, meter, w.name, n_workers)
     if early is not None:
         cleanup.callback(early.cancel)
-    model = load_cost_model(r.cost_model, r.seed, r.tracking_uri, hw=r.hw.name, warn=lambda m: warn(callbacks, m))
+    model = load_cost_model(
+        r.cost_model, r.seed, r.tracking_uri or workdir.tracking_uri, hw=r.hw.name, warn=lambda m: warn(callbacks, m)
+    )
     db = open_records(records_location(r.records, r.storage, workdir.records))
     config = TuneConfig(
         trials=r.trials, seconds=r.seconds, sampler=r.sampler, seed=r.seed, patience=r.patience, study_name=r.study

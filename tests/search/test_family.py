@@ -189,3 +189,32 @@ def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(
     after = {r.kernel_hash for r in RecordDB(db).records()}
     assert kept <= after  # nothing recorded before the interrupt was lost
     assert json.loads(resumed.stdout)["measurements"] < len(after)  # and what was measured is reused
+
+
+@pytest.mark.parametrize(
+    "shape,fragment",
+    [
+        ("M=1..4", "the range '1..4' holds one shape (1) at step 128 (the default step)"),
+        ("M=128..130:128", "holds one shape (128) at step 128: give a smaller step, e.g. 128..130:2"),
+        ("M=128,128", "M=128 is given twice"),
+        ("M=128..512,256", "M=256 is given twice"),
+    ],
+)
+def test_a_range_or_list_that_collapses_to_one_shape_says_so(shape, fragment):
+    """They were 'malformed --shape ...: expected NAME=POSITIVE_INT', which named nothing wrong."""
+    refused("tune", "rmsnorm", "--preset", "small", "--shape", shape, fragments=(fragment,))
+
+
+def test_a_range_of_one_value_is_that_shape(tmp_path, monkeypatch):
+    """M=128..128 is M=128 (it was refused as a malformed single shape)."""
+    seen = []
+
+    def preflight(request):
+        seen.append(request.shape)
+        raise SpecError("stop here")
+
+    monkeypatch.setattr("axon.search.tuning.preflight", preflight)
+    result = axon_in_process(
+        "tune", "rmsnorm", "--preset", "small", "--shape", "M=128..128", "--workdir", str(tmp_path)
+    )
+    assert seen == [{"M": 128}] and "stop here" in result.stderr, result.stderr

@@ -1,10 +1,14 @@
 """Sweep configs: the shipped ones parse; mistakes name the file and field; regressions are found."""
 
+import importlib
+import signal
+
 import pytest
 
 from axon.errors import SpecError
+from axon.measure.neuron import NeuronBackend
 from axon.search.sweepconfig import compare, load_sweep
-from tests.conftest import REPO
+from tests.conftest import REPO, axon_in_process, refused
 
 
 def test_shipped_configs_parse():
@@ -41,3 +45,69 @@ def test_compare_flags_slowdowns_over_threshold_and_new_failures():
     )
     assert {c.key for c in regressions} == {"a", "c"}
     assert next(c for c in changes if c.key == "d").ratio is None
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("entries: [{workload: matmul}]\nbackend: simm\n", "field backend must be one of sim, neuron, got 'simm'"),
+        ("entries: [{workload: matmul}]\nregistered_model: 'm-{foo}'\n", "field registered_model may use only {hw}"),
+        ("entries: [{workload: matmul}]\nhw: []\n", "field hw is empty"),
+        ("entries: [{workload: matmul}]\nhw: [trn1, trn1]\n", "field hw names a hardware file twice"),
+        (
+            "entries: [{workload: matmul}, {workload: softmax}, {workload: matmul}]\n",
+            r"entries\[2\] repeats entries\[0\]",
+        ),
+    ],
+)
+def test_mistakes_found_at_load_not_after_tuning(tmp_path, text, message):
+    """An unknown backend failed every task (exit 1), a registered_model placeholder other than {hw}
+    raised KeyError after the last task, hw: [] was a sweep of 0 tasks, a repeated entry one task."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        load_sweep(path)
+
+
+@pytest.mark.skipif(NeuronBackend.available() is None, reason="the Neuron SDK is installed here")
+def test_sweep_on_neuron_without_the_sdk_is_refused_before_any_task(tmp_path):
+    """It failed every task, exit 1, after a parent run was made."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("backend: neuron\nentries: [{workload: softmax, preset: small}]\n")
+    refused("sweep", str(path), "--workdir", str(tmp_path / "w"), fragments=("backend 'neuron' cannot run here",))
+    assert not (tmp_path / "w" / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "worker"])
+def test_sweep_and_worker_stop_on_sigint_when_started_with_it_ignored(tmp_path, monkeypatch, command):
+    """`axon sweep ... &` from a script starts with SIGINT ignored: kill -INT (Ctrl-C) ran the whole
+    sweep to its end, exit 0. `axon tune` restores the handler; sweep and worker now do too."""
+    seen = []
+
+    def started(*args, **kwargs):
+        seen.append(signal.getsignal(signal.SIGINT))
+        raise KeyboardInterrupt
+
+    # the modules, not the click commands of the same names on `axon.cli`
+    monkeypatch.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", started)
+    monkeypatch.setattr(importlib.import_module("axon.cli.fleet"), "Fleet", started)
+    argv = ["sweep", str(REPO / "configs/sweeps/demo.yaml")] if command == "sweep" else ["worker"]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = axon_in_process(*argv, "--workdir", str(tmp_path))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == [signal.default_int_handler] and result.returncode == 130, (seen, result.stderr)
+
+
+def test_a_missing_cost_model_is_refused_before_any_task(tmp_path):
+    """`axon sweep --cost-model nothere.json` failed every task with the same reason, exit 1."""
+    refused(
+        "sweep",
+        str(REPO / "configs/sweeps/demo.yaml"),
+        "--workdir",
+        str(tmp_path / "w"),
+        "--cost-model",
+        str(tmp_path / "nothere.json"),
+        fragments=("cost model", "nothere.json not found"),
+    )

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.conftest import axon_in_process
+from axon.track import Tracker
+from tests.conftest import axon_in_process, refused
 
 
 @pytest.fixture(scope="session")  # not rebuilt when another module's test runs between this module's
@@ -54,3 +55,10 @@ def test_axon_runs_json_has_the_same_fields(tuned):
 def test_axon_runs_without_a_store_says_so(tmp_path):
     empty = axon_in_process("runs", "--workdir", str(tmp_path / "nothing"))
     assert empty.returncode == 2 and "no tracking store" in empty.stderr
+
+
+@pytest.mark.parametrize("count", ["0", "-3"])
+def test_axon_runs_with_a_count_below_one_is_refused(tmp_path, count):
+    """MLflow's search raised 'Invalid value 0 for parameter max_results' as a traceback."""
+    Tracker.for_workdir(tmp_path)  # an empty store, so the count is what is wrong
+    refused("runs", "--workdir", str(tmp_path), "-n", count, fragments=("'-n'", "x>=1"))

@@ -16,10 +16,11 @@ import urllib.request
 import pytest
 
 from axon.cli.track import _descendants
+from axon.cli.track import _free_port as ui_free_port
 from axon.track import Tracker
 from axon.track.view import VIEW_TAG, column_id, runs_url
 from axon.workdir import pid_alive
-from tests.conftest import REPO
+from tests.conftest import REPO, refused
 
 
 def _free_port() -> int:
@@ -202,3 +203,12 @@ def test_workers_on_one_study_record_into_one_tracking_server(tmp_path):
         assert len(run_ids) == 2 and run_ids <= found
     finally:
         stop_ui(proc)
+
+
+def test_port_zero_gets_a_free_port_the_url_names_and_a_port_out_of_range_is_refused():
+    """--port 0 was handed to the server as is: the URL waited on and printed was :0 (nothing for
+    60 s, then an error); --port 70000 or -1 was an OverflowError traceback."""
+    port = ui_free_port(0)
+    assert 0 < port < 65536
+    for bad in ("70000", "-1"):
+        refused("ui", "--port", bad, fragments=("'--port'", "0<=x<=65535"))
