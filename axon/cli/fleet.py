@@ -16,7 +16,8 @@ from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import SpecError
 from axon.search.fleet import Fleet, pending_sweeps, publish, work
 from axon.search.guards import preflight_sweep
-from axon.search.sweep import SweepReport, SweepRow, check_cost_model
+from axon.search.storage import check_cost_model
+from axon.search.sweep import SweepReport, SweepRow
 from axon.search.sweepconfig import load_sweep
 from axon.workdir import Workdir
 
@@ -40,7 +41,7 @@ def fleet_sweep(
         parsed = replace(parsed, trials=trials or parsed.trials, sampler=sampler or parsed.sampler)
     fleet = Fleet(path, storage, records, tracking_uri)
     preflight_sweep(parsed, fleet.workdir)
-    check_cost_model(parsed, fleet.workdir, cost_model, tracking_uri)
+    check_cost_model(cost_model, parsed.seed, tracking_uri or fleet.workdir.tracking_uri)
     sweep = publish(parsed, fleet)
     command = [sys.executable, "-m", "axon.cli", "worker", "--sweep", sweep, "--workdir", str(path), "--json"]
     for flag, value in (("--storage", storage), ("--records", records), ("--tracking-uri", tracking_uri)):

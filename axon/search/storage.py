@@ -155,3 +155,10 @@ def retrying_storage(url: str) -> RDBStorage:
             raise StoreError(
                 f"Optuna storage {redacted(url)} cannot be reached: {str(reason).strip().splitlines()[0]}"
             ) from None
+
+
+def check_cost_model(ref: str | None, seed: int, tracking_uri: str) -> None:
+    """The `--cost-model` every task of a sweep starts from, loaded once before the first task: a
+    missing or unreadable one is one line, exit 2 (it failed every task, exit 1)."""
+    if ref:
+        load_cost_model(ref, seed, tracking_uri)

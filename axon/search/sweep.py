@@ -23,7 +23,7 @@ from axon.measure.stores import Records
 from axon.search.costmodel import CostModel
 from axon.search.guards import preflight_sweep
 from axon.search.request import TuneRequest
-from axon.search.storage import load_cost_model
+from axon.search.storage import check_cost_model
 from axon.search.sweepconfig import SweepConfig, compare, load_sweep
 from axon.search.tuning import tune
 from axon.target import load_hw
@@ -162,13 +162,6 @@ class SweepReport:
         return buf.getvalue()
 
 
-def check_cost_model(config: SweepConfig, workdir: Workdir, cost_model: str | None, tracking_uri: str | None) -> None:
-    """The `--cost-model` every task starts from, loaded once before the first task: a missing or
-    unreadable one is one line, exit 2 (it failed every task, exit 1)."""
-    if cost_model:
-        load_cost_model(cost_model, config.seed, tracking_uri or workdir.tracking_uri)
-
-
 def _state_path(workdir: Workdir, config: SweepConfig) -> Path:
     return workdir.sweeps / f"{config.name}-{config.digest}.json"
 
@@ -221,7 +214,7 @@ def run_sweep(
         config = replace(config, trials=trials or config.trials, sampler=sampler or config.sampler)
     workdir = Workdir.resolve(workdir)
     preflight_sweep(config, workdir)
-    check_cost_model(config, workdir, cost_model, tracking_uri)
+    check_cost_model(cost_model, config.seed, tracking_uri or workdir.tracking_uri)
     machines = {hw: load_hw(hw) for hw in config.hw}  # each hardware file read once
     tracker = Tracker(tracking_uri or workdir.tracking_uri, None if tracking_uri else workdir.artifact_root)
     state_path = _state_path(workdir, config)
