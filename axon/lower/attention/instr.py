@@ -28,7 +28,11 @@ def bank(t: str, slot: Any, p: int, f0: Any, f: int) -> Ref:
 
 def on(opcode: str, engine: str, dst: Ref, args: tuple[tuple[str, Any], ...], comment: str = "") -> TileInstr:
     """An instruction bound to `engine` in the emitted source (not left to the compiler) where the
-    instruction can run on several engines; a one-engine instruction takes no `engine` argument."""
+    instruction can run on several engines; a one-engine instruction takes no `engine` argument.
+    A copy on ScalarE is `activation(op=nl.copy)`: NeuronCore-v2 has no ScalarE tensor_copy
+    (nki.isa.tensor_copy: "use nisa.activation with op=nl.copy"), and v3 runs either."""
+    if opcode == "tensor_copy" and engine == "scalar":
+        return TileInstr("activation", "scalar", dst, (("op", "nl.copy"), ("data", dict(args)["src"])), comment)
     if len(ISA[opcode].engines) > 1:
         args = args + (("engine", _ENGINE_ARG[engine]),)
     return TileInstr(opcode, engine, dst, args, comment)
