@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from axon.ir import KERNEL_DTYPES
 from axon.options import parse_shape_option
 from axon.search.api import workload_graph
 from axon.workdir import Workdir
@@ -16,9 +17,7 @@ workdir_option = click.option(
 )
 shape_option = click.option("--shape", default=None, help="Bind dimensions, e.g. M=4096,K=1024 (over the preset).")
 preset_option = click.option("--preset", default="default", show_default=True, help="Shape preset.")
-dtype_option = click.option(
-    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
-)
+dtype_option = click.option("--dtype", default="float32", show_default=True, type=click.Choice(KERNEL_DTYPES))
 
 
 def resolve_workdir(workdir: str | None) -> Workdir:

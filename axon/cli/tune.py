@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from axon.cli.common import resolve_workdir, workdir_option
 from axon.cli.fleet import fleet_sweep, show_report
+from axon.ir import KERNEL_DTYPES
 from axon.measure.events import Callback, TrialLog
 from axon.options import parse_shape_option, parse_shape_range
 from axon.search.api import TuneInterrupted, TuneRequest
@@ -88,7 +89,7 @@ def _has_list(shape: str) -> bool:
     "M=512,1024 tunes a kernel family for those shapes.",
 )
 @click.option("--preset", default="default", show_default=True)
-@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
+@click.option("--dtype", default="float32", show_default=True, type=click.Choice(KERNEL_DTYPES))
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file: trn1, trn2 or a YAML path.")
 @click.option("--backend", default="sim", show_default=True, type=click.Choice(["sim", "neuron"]))
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(1))

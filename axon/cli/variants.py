@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from axon.errors import AxonError
+from axon.ir import KERNEL_DTYPES
 from axon.ir.trace import bind_dims
 from axon.options import parse_shape_option
 from axon.search.api import TUNING_EXCLUDED_MOVES, verified_variants, workload_graph
@@ -28,7 +29,7 @@ from axon.workloads import get
     "--dtype",
     default="float32",
     show_default=True,
-    type=click.Choice(["float32", "bfloat16", "float16"]),
+    type=click.Choice(KERNEL_DTYPES),
     help="Kernel dtype the floating-point gate checks in.",
 )
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file (which variants lower).")

@@ -17,6 +17,8 @@ from axon.ir.dims import Dim, shape_str
 from axon.ir.ops import COMMUTATIVE
 
 DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2")
+# the dtypes a tuned kernel takes (`axon tune --dtype`, a sweep entry); float8 only as a spec's cast
+KERNEL_DTYPES = DTYPES[:3]
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
 DTYPE_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float8_e4m3": "f8e4", "float8_e5m2": "f8e5"}
 

@@ -18,13 +18,12 @@ from typing import Any
 import yaml
 
 from axon.errors import SpecError
+from axon.ir import KERNEL_DTYPES
 from axon.measure.neuron import BACKENDS
 from axon.target import DEFAULT_HW
 from axon.workloads import is_spec_ref
 
 SAMPLERS = ("costmodel", "tpe", "random")
-
-KERNEL_DTYPES = ("float32", "bfloat16", "float16")  # the kernel dtypes a sweep entry (and `axon tune`) takes
 
 
 @dataclass(frozen=True)

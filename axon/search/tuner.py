@@ -296,10 +296,8 @@ class Tuner:
         )
         done = len(finished)
         if done:
-            for callback in self.callbacks:  # duck-typed callbacks may lack it
-                resumed = getattr(callback, "on_resume", None)
-                if resumed is not None:
-                    resumed(done, best)
+            for callback in self.callbacks:
+                callback.on_resume(done, best)
         default = getattr(self.problem, "default_point", None)
         pinned = cfg.start_at_default and not study.get_trials() and default is not None
         if pinned and default is not None:
