@@ -50,10 +50,12 @@ def parse_shape_range(text: str | None, max_shapes: int = 256) -> dict[str, tupl
             raise SpecError(f"malformed --shape {text!r}: {hint}")
         else:
             value = key
-        for v in _values(text, value.strip(), hint, collapsed):
-            if v in out[name]:  # M=128,128: one shape, which then read as a malformed single shape
+        seen = set(out[name])
+        for v in _values(text, value.strip(), hint, collapsed, max_shapes):
+            if v in seen:  # M=128,128: one shape, which then read as a malformed single shape
                 raise SpecError(f"malformed --shape {text!r}: {name}={v} is given twice")
             out[name].append(v)
+            seen.add(v)
     if collapsed:
         raise SpecError(collapsed[0])
     for name, values in out.items():
@@ -67,7 +69,7 @@ def parse_shape_range(text: str | None, max_shapes: int = 256) -> dict[str, tupl
     return {k: tuple(sorted(set(v))) for k, v in out.items()}
 
 
-def _values(text: str, value: str, hint: str, collapsed: list[str]) -> list[int]:
+def _values(text: str, value: str, hint: str, collapsed: list[str], max_shapes: int) -> list[int]:
     lo, dots, rest = value.partition("..")
     if not dots:
         if not value.isdigit() or int(value) < 1:
@@ -79,7 +81,10 @@ def _values(text: str, value: str, hint: str, collapsed: list[str]) -> list[int]
         raise SpecError(f"malformed --shape {text!r}: range {value!r}; {hint}")
     if int(hi) < int(lo):
         raise SpecError(f"--shape {text!r}: the range {value!r} is empty (its end is below its start)")
-    values = list(range(int(lo), int(hi) + 1, int(step)))
+    span = range(int(lo), int(hi) + 1, int(step))
+    if len(span) > max_shapes:  # refused before it is listed: M=1..10**12:1 would exhaust the machine
+        raise SpecError(f"--shape {text!r} spans at least {len(span)} shapes; at most {max_shapes} (raise the step)")
+    values = list(span)
     if len(values) == 1 and int(hi) > int(lo):  # M=1..4 steps by 128: only M=1, not the range meant
         collapsed.append(
             f"--shape {text!r}: the range {value!r} holds one shape ({lo}) at step {step}"
