@@ -37,6 +37,7 @@ class TuneReport:
     fp_rejected: tuple[str, ...] = ()  # proved variants not offered: floating-point hazard, and why
     variant_id: str = ""  # the chosen variant's hash, as `axon variants` lists it
     turned_down: tuple[str, ...] = ()  # faster measured kernels that failed the checks, fastest first, and why
+    resumed: int = 0  # trials an earlier run of the same study had finished (this run went on from them)
 
     def summary(self) -> str:
         def us(ns: float | None) -> str:
@@ -46,7 +47,8 @@ class TuneReport:
         lines = [
             f"{self.workload} {self.shapes} {self.dtype} on {self.hw} ({self.backend}): best {us(best)} "
             f"after {self.measured} measured / {self.reused} reused / {self.failed} failed trials "
-            f"in {self.elapsed_s:.1f} s",
+            f"in {self.elapsed_s:.1f} s"
+            + (f" (resumed: {self.resumed} trials done by an earlier run)" if self.resumed else ""),
             f"  kernel: {self.kernel_path}",
             f"  variant: {' + '.join(self.moves) or 'as written'}; {self.best_description}"
             + (f" [id {self.variant_id[:8]}]" if self.variant_id else ""),
@@ -59,7 +61,7 @@ class TuneReport:
         if self.numerics is not None:
             lines.append(
                 f"  numerics: emulator vs float64 reference at {self.numerics.dims}: max rel err "
-                f"{self.numerics.max_rel_err:.2e} (tolerance {self.numerics.tolerance:g}) "
+                f"{self.numerics.max_rel_err:.2e} {self.numerics.describe()} "
                 f"{'OK' if self.numerics.ok else 'FAILED'}"
             )
         if self.adversarial is not None:

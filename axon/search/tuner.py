@@ -92,6 +92,7 @@ class TuneResult:
     reused: int
     failed: int
     sampler_settings: dict[str, Any] = field(default_factory=dict)
+    resumed: int = 0  # trials the study had finished before this run
 
 
 def new_record(problem: Problem, backend: str, **kw: Any) -> Record:
@@ -294,7 +295,7 @@ class Tuner:
         best = min(
             (float(t.value) for t in finished if t.state == TrialState.COMPLETE and t.value is not None), default=None
         )
-        done = len(finished)
+        done = resumed = len(finished)
         if done:
             for callback in self.callbacks:
                 callback.on_resume(done, best)
@@ -327,6 +328,7 @@ class Tuner:
             counts["reused"],
             counts["infeasible"] + counts["error"],
             settings,
+            resumed,
         )
 
 

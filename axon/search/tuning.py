@@ -172,7 +172,10 @@ def _tune(
     def checked_kernel(point: dict[str, Any]) -> tuple[Any, Any, Any, Path]:
         numerics = numerics_check(problem, point, seed=r.seed, directory=kernels) if r.check else None
         if numerics is not None and not numerics.ok:
-            raise CheckFailed(f"does not match the reference (max rel err {numerics.max_rel_err:.2e})")
+            raise CheckFailed(
+                f"does not match the reference "
+                f"(max rel err {numerics.max_rel_err:.2e}, allowed {numerics.tolerance:.2g})"
+            )
         adversarial = adversarial_check(problem, point, kernels, seed=r.seed) if r.check else None
         if adversarial is not None and not adversarial.ok:
             raise CheckFailed(f"fails the adversarial numerics check: {adversarial.failure()}")
@@ -300,6 +303,7 @@ def _tune(
                 tuple(f"{x.describe()} [id {x.variant.hash[:8]}]" for x in fp_rejected),
                 variant.hash,
                 turned_down,
+                result.resumed,
             )
             if run is not None and timeline is not None:
                 booster = model.booster if model.is_trained else None

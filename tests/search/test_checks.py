@@ -100,3 +100,64 @@ def test_when_every_kernel_checked_fails_the_run_says_so_and_writes_none(tmp_pat
     with pytest.raises(AxonError, match=r"the best kernel fails the adversarial numerics check: .*offset.*"):
         tune(TuneRequest.make("softmax", preset="small", trials=3, workdir=tmp_path, track=False))
     assert not list((tmp_path / "kernels").glob("*.py"))
+
+
+SHARP_SOFTMAX = """
+import axon.spec as ax
+
+
+@ax.spec(x="M K", w="K N", b="N")
+def sharp_softmax(x, w, b):
+    c = x - ax.mean(x)
+    s = (c @ w + b) / 0.5
+    e = ax.exp(s - ax.max(s))
+    return e / ax.sum(e)
+"""
+
+
+def test_a_bfloat16_kernel_as_accurate_as_the_spec_as_written_passes_the_uniform_check(tmp_path, monkeypatch):
+    # sharp bfloat16 logits: the spec as written is itself 2.2e-2 off the float64 reference in bfloat16 on
+    # uniform inputs, past the dtype's 2e-2; its own kernel was turned down, and every kernel of it
+    import axon.nki
+    from axon.search.checks import UNIFORM_SPEC_FACTOR
+    from axon.workloads import load_spec
+
+    (tmp_path / "sharp.py").write_text(SHARP_SOFTMAX)
+    g = load_spec(f"{tmp_path / 'sharp.py'}:sharp_softmax").graph(None, "bfloat16", M=256, K=256, N=512)
+    variant = discover_variants(g, max_depth=0)[0]
+    problem = LoweredProblem("sharp_softmax", g, load_hw("trn1"), [variant], "bfloat16")
+    point = problem.default_point(0)
+    check = numerics_check(problem, point, directory=tmp_path)
+    assert check.max_rel_err > 2e-2 and check.spec_error > 2e-2
+    assert check.max_rel_err <= 1.1 * check.spec_error  # the kernel is as accurate as the spec as written
+    assert check.ok and check.tolerance == pytest.approx(UNIFORM_SPEC_FACTOR * check.spec_error)
+    assert "spec as written" in check.describe()
+
+    real_run = axon.nki.run
+
+    def off_by_a_tenth(*args, **kwargs):  # the same kernel with its output 10% off: still refused
+        return real_run(*args, **kwargs) * np.float32(1.1)
+
+    monkeypatch.setattr(axon.nki, "run", off_by_a_tenth)
+    assert not numerics_check(problem, point, directory=tmp_path).ok
+
+
+def test_a_float32_check_keeps_the_dtype_tolerance(tmp_path):
+    problem, point = _problem("softmax", "")
+    check = numerics_check(problem, point, directory=tmp_path)
+    assert check.ok and check.tolerance == 1e-5 and check.spec_error < 5e-6
+    assert check.describe() == "(tolerance 1e-05)"
+
+
+def test_a_resumed_tune_says_how_many_trials_an_earlier_run_did(tmp_path):
+    from axon.search.api import TuneRequest, tune
+
+    def run(trials: int):
+        return tune(TuneRequest.make("rmsnorm", preset="small", trials=trials, workdir=tmp_path, track=False, seed=3))
+
+    first = run(2)
+    assert first.resumed == 0 and "(resumed:" not in first.summary()
+    again = run(2)  # the same command again: nothing left to do, and it says why
+    assert (again.resumed, again.measured) == (2, 0)
+    assert "0 measured / 0 reused / 0 failed trials" in again.summary()
+    assert "(resumed: 2 trials done by an earlier run)" in again.summary()
