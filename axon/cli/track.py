@@ -207,6 +207,7 @@ def runs(workdir: str | None, count: int, as_json: bool) -> None:
     if not (path / "mlflow.db").exists():
         raise StoreError(f"no tracking store in {path} (run `axon tune` first, or pass --workdir)")
     tracker = Tracker.for_workdir(path)
+    tracker.close_orphans()
     rows = [_run_row(r) for r in tracker.recent_runs(count)]
     if as_json:
         for row in rows:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import socket
 import time
 import urllib.parse
@@ -137,6 +138,16 @@ class Run:
         )
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process of that id
+        return True
+    return True
+
+
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return text[:6000]
@@ -209,7 +220,9 @@ class Tracker:
         run_id: str | None = None,
     ) -> Iterator[Run]:
         """Start (or, with `run_id`, resume) a run; it ends FINISHED, FAILED, or KILLED on Ctrl-C."""
-        all_tags = {"mlflow.runName": name, **(tags or {})}
+        self.close_orphans()
+        owner = {"axon.host": socket.gethostname(), "axon.pid": str(os.getpid())}
+        all_tags = {"mlflow.runName": name, **owner, **(tags or {})}
         if parent is not None:
             all_tags["mlflow.parentRunId"] = parent.run_id if isinstance(parent, Run) else parent
         if run_id is None:
@@ -222,6 +235,7 @@ class Tracker:
         else:
             run = Run(self, run_id)
             self.client.update_run(run_id, status="RUNNING")
+            run.set_tags(owner)
         try:
             yield run
         except KeyboardInterrupt:
@@ -232,6 +246,30 @@ class Tracker:
             raise
         else:
             self.client.set_terminated(run.run_id, status="FINISHED")
+
+    def close_orphans(self) -> int:
+        """End as KILLED the runs still RUNNING whose process, on this host, is gone (kill -9, a crash,
+        a lost machine's power): MLflow would list them as running for ever. Their end time is their
+        last metric's. Runs of other hosts (fleet workers) are left to those hosts. Returns how many."""
+        host = socket.gethostname().replace("'", "")
+        found = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"attributes.status = 'RUNNING' and tags.`axon.host` = '{host}'",
+            max_results=1000,
+        )
+        closed = 0
+        for r in found:
+            pid = int(r.data.tags.get("axon.pid", "0") or 0)
+            if pid <= 0 or _alive(pid):
+                continue
+            last = max((m.timestamp for m in self._last_metrics(r)), default=r.info.start_time)
+            self.client.set_tag(r.info.run_id, "axon.ended", "its process was gone (killed or crashed)")
+            self.client.set_terminated(r.info.run_id, status="KILLED", end_time=last)
+            closed += 1
+        return closed
+
+    def _last_metrics(self, r: Any) -> list[Any]:
+        return [m for name in r.data.metrics for m in self.client.get_metric_history(r.info.run_id, name)[-1:]]
 
     def children(self, parent_run_id: str) -> list[Any]:
         return self.client.search_runs(

@@ -216,3 +216,28 @@ def test_a_new_store_copied_from_the_migrated_template_is_the_store_mlflow_build
     assert _store_contents(tmp_path / "seeded" / "mlflow.db") == _store_contents(tmp_path / "migrated" / "mlflow.db")
     assert [e[1] for e in _store_contents(tmp_path / "seeded" / "mlflow.db")[1]] == ["Default", "axon"]
     assert not seed_sqlite_store(tmp_path / "seeded" / "mlflow.db", cache)  # holds runs: left alone
+
+
+def test_a_run_whose_process_died_is_ended_killed_by_the_next_run(tmp_path):
+    # kill -9 leaves an MLflow run RUNNING for ever; the next run on this host ends it, at its last metric
+    import socket
+
+    t = Tracker.for_workdir(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+
+    def running(host: str, pid: int) -> str:
+        r = t.client.create_run(t.experiment_id, tags={"axon.host": host, "axon.pid": str(pid)})
+        t.client.log_metric(r.info.run_id, "best_us", 3.0, timestamp=r.info.start_time + 5000)
+        return r.info.run_id
+
+    orphan = running(socket.gethostname(), dead.pid)
+    elsewhere = running("another-host", dead.pid)  # a fleet worker's on another machine: not ours to judge
+    alive = running(socket.gethostname(), os.getpid())
+    with t.run("next") as run:
+        run.log_metrics({"x": 1.0})
+    status = {i: t.client.get_run(i).info for i in (orphan, elsewhere, alive)}
+    assert status[orphan].status == "KILLED" and status[orphan].end_time == status[orphan].start_time + 5000
+    assert t.client.get_run(orphan).data.tags["axon.ended"].startswith("its process was gone")
+    assert status[elsewhere].status == "RUNNING" and status[alive].status == "RUNNING"
+    assert t.client.get_run(run.run_id).data.tags["axon.pid"] == str(os.getpid())
