@@ -41,6 +41,7 @@ from axon.nki.isa_misc import (
     affine_select,
     bn_aggr,
     bn_stats,
+    copy_tile,
     iota,
     memset,
     nc_matmul_mx,

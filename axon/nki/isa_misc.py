@@ -39,8 +39,26 @@ def tensor_copy(
     name: Any = None,
     **_: Any,
 ) -> View:
-    """Copy (and cast) a tile on Vector, Scalar or GpSimd."""
+    """Copy (and cast) a tile on Vector, Scalar (NeuronCore-v3 and later) or GpSimd."""
+    return copy_tile(dst, src, engine, mask, dtype, legacy=False)
+
+
+def copy_tile(dst: View | None, src: View, engine: Any, mask: Predicate | None, dtype: Any, legacy: bool) -> View:
+    """tensor_copy of either API. The pages differ on ScalarE of NeuronCore-v2 (trn1, inf2): the
+    current nki.isa.tensor_copy page (2.28 on) lists only Vector and GpSimd for v2 and points to
+    activation(op=nl.copy) instead, so the current API refuses it there; the legacy
+    neuronxcc.nki.isa.tensor_copy page (2.26) has v2's ScalarE copy through an fp32 cast, so a
+    same-dtype copy there is not bit-accurate (an int32 beyond 2^24 rounds)."""
     m, site = active(), kernel_site()
+    eng = _engine("tensor_copy", engine)
+    v2_scalar = eng == "scalar" and engine is not None and m.hw.generation <= 2
+    if v2_scalar and not legacy:
+        raise m.fail(
+            "tensor_copy engine",
+            f"NeuronCore-v{m.hw.generation} ({m.hw.name}) has no Scalar Engine tensor_copy; copy with "
+            "nki.isa.activation(op=nl.copy) on ScalarE, or leave the engine to the compiler",
+            site,
+        )
     if dst is None:
         dst = _new(m, src.shape, dtype or src.dtype)
     (src,) = _masked(mask, src)
@@ -48,9 +66,8 @@ def tensor_copy(
     if _empty(dst, src):
         return dst
     _same_count(m, dst, src, "tensor_copy", site)
-    return _simple(
-        "tensor_copy", _engine("tensor_copy", engine), dst, [("src", src)], lambda: _copied(src, dst), (), src, site, m
-    )
+    compute = (lambda: _val(src)) if v2_scalar else (lambda: _copied(src, dst))
+    return _simple("tensor_copy", eng, dst, [("src", src)], compute, (), src, site, m)
 
 
 def reciprocal(

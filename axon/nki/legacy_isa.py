@@ -224,7 +224,7 @@ def tensor_reduce(
 
 
 def tensor_copy(src: View, mask: Predicate | None = None, dtype: Any = None, engine: Any = None, **kw: Any) -> View:
-    return I.tensor_copy(None, src, engine=engine, mask=mask, dtype=dtype)
+    return I.copy_tile(None, src, engine, mask, dtype, legacy=True)
 
 
 def reciprocal(data: View, dtype: Any = None, mask: Predicate | None = None, **kw: Any) -> View:

@@ -1,6 +1,7 @@
 """Partition broadcast [1, F] -> [P, F] the way the hardware does it: a matmul with a ones
 stationary on TensorE (one PSUM bank of columns at a time), then a copy out of PSUM on ScalarE,
-which these kernels leave mostly idle (VectorE is their bottleneck)."""
+which these kernels leave mostly idle (VectorE is their bottleneck). The copy is activation(op=nl.copy):
+NeuronCore-v2 has no ScalarE tensor_copy (nki.isa.tensor_copy)."""
 
 import nki.isa as nisa
 import nki.language as nl
@@ -23,7 +24,7 @@ def partition_broadcast(row, ones, dtype=nl.float32):
     for c in nl.affine_range(free // cols):
         part = nl.ndarray((P, cols), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=part, stationary=ones, moving=row[:, c * cols : (c + 1) * cols])
-        nisa.tensor_copy(dst=out[:, c * cols : (c + 1) * cols], src=part, engine=nisa.scalar_engine)
+        nisa.activation(dst=out[:, c * cols : (c + 1) * cols], op=nl.copy, data=part)
     return out
 
 
@@ -38,5 +39,5 @@ def broadcast_from_hbm(src, ones, dtype=nl.float32):
         nisa.dma_copy(dst=row, src=src[:, c * cols : (c + 1) * cols])
         part = nl.ndarray((P, cols), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=part, stationary=ones, moving=row)
-        nisa.tensor_copy(dst=out[:, c * cols : (c + 1) * cols], src=part, engine=nisa.scalar_engine)
+        nisa.activation(dst=out[:, c * cols : (c + 1) * cols], op=nl.copy, data=part)
     return out

@@ -48,7 +48,7 @@ def _f64(x) -> np.ndarray:
 # ---- kernels the way a user writes them ---------------------------------------------------------
 
 
-def run_current(body, inputs, dsts):
+def run_current(body, inputs, dsts, hw="trn1"):
     """A current-API kernel: DMA every input into SBUF, call `body(tiles, dst_tiles)`, DMA every dst
     (PSUM through a tensor_copy) out to HBM. `dsts` are (shape, dtype name, "sbuf" | "psum")."""
     import nki.isa as nisa
@@ -73,7 +73,7 @@ def run_current(body, inputs, dsts):
             results.append(o)
         return tuple(results)
 
-    out = axon.nki.run(kernel, *inputs)
+    out = axon.nki.run(kernel, *inputs, hw=hw)
     return out if isinstance(out, tuple) else (out,)
 
 
@@ -710,8 +710,12 @@ def test_tensor_copy(P, Fs, src, dst, engine, api, seed):
     if api == "current":
         import nki.isa as nisa
 
+        # the current page has no ScalarE tensor_copy on NeuronCore-v2 (trn1): ScalarE's on trn2
         (got,) = run_current(
-            lambda t, o: nisa.tensor_copy(dst=o[0], src=t[0], engine=engine), [x], [((P, Fs), dst, "sbuf")]
+            lambda t, o: nisa.tensor_copy(dst=o[0], src=t[0], engine=engine),
+            [x],
+            [((P, Fs), dst, "sbuf")],
+            hw="trn2" if engine == "scalar" else "trn1",
         )
     else:
         import neuronxcc.nki.isa as nisa
