@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from axon.nki.context import active, kernel_site
+from axon.nki.context import AutoEngine, active, kernel_site
 from axon.nki.dtypes import float32
 from axon.nki.indexing import Predicate
 from axon.nki.isa_base import (
@@ -210,7 +210,13 @@ def nc_matmul(
 
 
 def nc_transpose(
-    dst: View | None, data: View, engine: Any = None, mask: Predicate | None = None, name: Any = None, **_: Any
+    dst: View | None,
+    data: View,
+    engine: Any = None,
+    mask: Predicate | None = None,
+    name: Any = None,
+    dtype: Any = None,
+    **_: Any,
 ) -> View:
     """Swap partition and free axis: TensorE (default, into PSUM) or VectorE (<= 32x32). Several free
     axes are flattened into one first (nki.isa.nc_transpose, Neuron 2.30)."""
@@ -220,11 +226,24 @@ def nc_transpose(
         raise m.fail("shape", f"nc_transpose needs a tile with a free axis, got {list(data.shape)}", site)
     if eng == "vector" and max(data.partitions, data.free_size) > T.ISA_LIMITS["vector_transpose_max"]:
         raise m.fail("vector transpose > 32x32", f"nc_transpose on VectorE of {list(data.shape)}", site)
+    on_tensor_engine = data.alloc.kind == "sbuf" and (dst is None or dst.alloc.kind == "psum")
+    if eng == "tensor" and not on_tensor_engine:
+        # nki.isa.nc_transpose: TensorE reads SBUF and writes PSUM; VectorE may use either. Left to
+        # the compiler, a transpose TensorE cannot do goes to VectorE when it fits there.
+        if isinstance(eng, AutoEngine) and max(data.partitions, data.free_size) <= T.ISA_LIMITS["vector_transpose_max"]:
+            eng = "vector"
+        else:
+            where = f"data {data!r}" + ("" if dst is None else f", dst {dst!r}")
+            raise m.fail(
+                "TensorE transpose memory",
+                f"nc_transpose on the Tensor Engine reads SBUF and writes PSUM: {where}",
+                site,
+            )
     if dst is None:
         dst = _new(
             m,
             (data.free_size, data.partitions),
-            float32 if eng == "tensor" else data.dtype,
+            dtype or (float32 if eng == "tensor" else data.dtype),
             "psum" if eng == "tensor" else "sbuf",
         )
     (data,) = _masked(mask, data)

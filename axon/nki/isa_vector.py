@@ -266,11 +266,20 @@ def tensor_scalar_reduce(
     reverse0: bool = False,
     mask: Predicate | None = None,
     dtype: Any = None,
+    reduce_cmd: Any = None,
+    reduce_init: Any = None,
+    reduce_res_negate: bool = False,
     **_: Any,
 ) -> View:
     """tensor_scalar with one op, plus a free-axis reduction of the result into reduce_res [P, 1]."""
     m, site = active(), kernel_site()
     f0, fr = op_name(op0), REDUCE_ALIASES[op_name(reduce_op)]
+    # The 2.30+ page adds VectorE accumulator registers (reduce_cmd, reduce_init, reduce_res_negate);
+    # only this instruction's own reduction is emulated: the rest is refused, not ignored.
+    cmd = _reduce_cmd(reduce_cmd)
+    if cmd not in ("idle", "reset_reduce") or reduce_init is not None or reduce_res_negate:
+        detail = f"reduce_cmd={cmd!r}, reduce_init={reduce_init!r}, reduce_res_negate={reduce_res_negate!r}"
+        raise m.fail("tensor_scalar_reduce accumulator", f"{detail} is not emulated", site)
     if dst is None:
         dst = _new(m, data.shape, dtype or data.dtype)
     data, operand0, reduce_res = _masked(mask, data, operand0, reduce_res)

@@ -193,19 +193,23 @@ sum, max, min, prod = Op("add", "reduce"), Op("max", "reduce"), Op("min", "reduc
 def mean(
     x: View, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Predicate | None = None, **_: Any
 ) -> View:
-    """Sum along free axes, then scale by 1/count (two instructions, as the compiler emits)."""
+    """Sum along free axes, then scale by 1/count (two instructions, as the compiler emits). An
+    integer tile's mean is float32 unless `dtype` says otherwise (nki.language.mean)."""
     s = I.tensor_reduce(None, "add", x, axis, keepdims=keepdims, mask=mask, dtype=float32)
     count = 1
     for a in I._axes(axis, x.ndim):
         count *= x.shape[a]
-    return I.tensor_scalar(None, s, "multiply", 1.0 / count, dtype=dtype or x.dtype, mask=mask)
+    out = dtype or (float32 if np.issubdtype(x.dtype, np.integer) else x.dtype)
+    return I.tensor_scalar(None, s, "multiply", 1.0 / count, dtype=out, mask=mask)
 
 
-def var(x: View, axis: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
+def var(x: View, axis: Any, dtype: Any = None, mask: Predicate | None = None, keepdims: bool = False, **_: Any) -> View:
+    """Variance along free axes; the reduced axes are dropped from the shape, as nl.mean's are
+    (nki.language.var), unless `keepdims`."""
     mu = mean(x, axis, dtype=float32, keepdims=True, mask=mask)
     d = I.tensor_scalar(None, x, "subtract", mu, dtype=float32, mask=mask)
     return mean(
-        I.tensor_tensor(None, d, d, "multiply", mask=mask), axis, dtype=dtype or x.dtype, keepdims=True, mask=mask
+        I.tensor_tensor(None, d, d, "multiply", mask=mask), axis, dtype=dtype or x.dtype, keepdims=keepdims, mask=mask
     )
 
 

@@ -125,7 +125,7 @@ def nc_matmul(
 
 
 def nc_transpose(data: View, mask: Predicate | None = None, dtype: Any = None, engine: Any = None, **kw: Any) -> View:
-    return I.nc_transpose(None, data, engine=engine, mask=mask)
+    return I.nc_transpose(None, data, engine=engine, mask=mask, dtype=dtype)
 
 
 def activation(
