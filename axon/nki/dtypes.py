@@ -59,6 +59,20 @@ def dtype_name(dtype: np.dtype) -> str:
     return dtype.name
 
 
+def higher_precision(a: Any, b: Any) -> np.dtype:
+    """Of two tile dtypes, the one of higher precision: the wider, a float over an integer of the
+    same width, and of two floats of one width the one with more mantissa bits (float16 over
+    bfloat16). A value-returning tensor_tensor without dtype= writes this (nki.isa.tensor_tensor,
+    neuronxcc API)."""
+
+    def rank(d: np.dtype) -> tuple[int, int, int]:
+        is_float = not np.issubdtype(d, np.integer) and d != bool_
+        return d.itemsize, int(is_float), int(ml_dtypes.finfo(d).nmant) if is_float else 0
+
+    da, db = as_dtype(a), as_dtype(b)
+    return db if rank(db) > rank(da) else da
+
+
 # ---- buffers -----------------------------------------------------------------------------------
 
 

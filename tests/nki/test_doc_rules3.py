@@ -192,3 +192,56 @@ def test_tensor_scalar_reduce_accumulator_options_are_refused(extra):
     extra.clear()
     extra.update(ok)
     np.testing.assert_array_equal(axon.nki.run(k, x)[:, 0], [16.0] * 4)
+
+
+# ---- H7: a value-returning tensor_tensor writes the higher-precision input dtype ------------------
+
+
+def test_legacy_tensor_tensor_result_has_the_higher_precision_dtype():
+    # page nki.isa.tensor_tensor (neuronxcc API): without dtype=, the result has data1's or data2's
+    # dtype, whichever is of higher precision; data1's was used, so bf16 * fp32 rounded to bf16
+    def k(a, b):
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+
+        x, y = nl.load(a, dtype=nl.bfloat16), nl.load(b)
+        r1 = nisa.tensor_tensor(x, y, np.multiply)
+        r2 = nl.add(nl.load(a, dtype=nl.int32), y)
+        assert r1.dtype == nl.float32 and r2.dtype == nl.float32, (r1.dtype, r2.dtype)
+        out = nl.ndarray((2,) + a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out[0], value=r1)
+        nl.store(out[1], value=r2)
+        return out
+
+    a = np.full((4, 4), 3.0, np.float32)
+    b = np.full((4, 4), 1.0 + 2**-10, np.float32)  # 3 * b is not a bfloat16
+    got = axon.nki.run(k, a, b)
+    np.testing.assert_array_equal(got[0], a * b)
+    np.testing.assert_array_equal(got[1], a + b)
+
+
+# ---- reported, not fixed here: the timing simulator's placement of an unbound tensor_copy ---------
+
+
+@pytest.mark.xfail(strict=True, reason="axon.sim.balance places an unbound tensor_copy on ScalarE on trn1")
+def test_simulator_keeps_unbound_tensor_copy_off_scalar_engine_on_v2():
+    # page nki.isa.tensor_copy (2.28+): NeuronCore-v2 has no ScalarE tensor_copy, so the compiler
+    # cannot place an unbound one there; axon.sim.balance.place_unbound does not know the generation
+    from axon.sim.balance import place_unbound
+    from axon.target import load_hw
+
+    def k(a):
+        import nki.isa as nisa
+        import nki.language as nl
+
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        c = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=c, src=t)  # engine left to the compiler
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=c)
+        return out
+
+    tr = axon.nki.trace(k, ((128, 512), "float32"), hw="trn1")
+    moved = place_unbound(tr, load_hw("trn1"))
+    assert all(ins.engine != "scalar" for i, ins in moved.items() if tr.instructions[i].opcode == "tensor_copy")
