@@ -80,11 +80,13 @@ def dma_copy(
     dge_mode: Any = None,
     engine: Any = None,
     name: Any = None,
+    dst_rmw_op: Any = None,
 ) -> Any:
     """`nisa.dma_copy(dst, src, ...)`: dst = src between SBUF and HBM, bit for bit when the dtypes
     match, else casting through float32 (Neuron 2.30). The current API has no `mask=`; its
-    descriptor and priority options do not change the data."""
-    return I.dma_copy(dst, src, isa=True)
+    descriptor and priority options do not change the data. The 2.28 page's `dst_rmw_op=nl.add`
+    adds src into dst."""
+    return I.dma_copy(dst, src, isa=True, dst_rmw_op=dst_rmw_op)
 
 
 def dma_transpose(

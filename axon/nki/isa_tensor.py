@@ -23,6 +23,7 @@ from axon.nki.isa_base import (
     _transposed_box,
     _val,
     matmul_perf_mode,
+    op_name,
 )
 from axon.nki.memory import View
 from axon.target import isa as T
@@ -47,10 +48,13 @@ def dma_copy(
     dge_mode: Any = None,
     name: Any = None,
     isa: bool = False,
+    dst_rmw_op: Any = None,
     **_: Any,
 ) -> View:
     """DMA `src` into `dst` (HBM<->SBUF, or within one); a dtype change casts. `isa`: called as
-    nki.isa.dma_copy, which refuses PSUM (nl.store of a PSUM tile is compiled through SBUF)."""
+    nki.isa.dma_copy, which refuses PSUM (nl.store of a PSUM tile is compiled through SBUF).
+    `dst_rmw_op=nl.add` (the only one documented, nki.isa.dma_copy 2.26 and 2.28) adds `src` to
+    what `dst` holds instead of overwriting it."""
     m, site = active(), kernel_site()
     dst, src = _masked(mask, dst, src)
     if _empty(dst, src):
@@ -58,13 +62,20 @@ def dma_copy(
     _same_count(m, dst, src, "dma_copy", site)
     if isa:
         _no_psum(m, "dma_copy", dst, src, site)
+    rmw = op_name(dst_rmw_op)
+    if rmw not in ("", "add"):
+        raise m.fail("dma_copy dst_rmw_op", f"dst_rmw_op={rmw!r}: only nl.add is supported", site)
+    if rmw:
+        compute = lambda: _val(dst) + _val(src).reshape(dst.shape)  # noqa: E731
+    else:
+        compute = lambda: _copied(src, dst).reshape(dst.shape)  # noqa: E731
     return _simple(
         "dma_copy",
         "dma",
         dst,
-        [("src", src)],
-        (lambda: _copied(src, dst).reshape(dst.shape)) if m.execute else None,
-        (("src", src.alloc.kind), ("dst", dst.alloc.kind)),
+        [("src", src)] + ([("dst", dst)] if rmw else []),
+        compute if m.execute else None,
+        (("src", src.alloc.kind), ("dst", dst.alloc.kind)) + ((("dst_rmw_op", rmw),) if rmw else ()),
         src,
         site,
         m,

@@ -275,8 +275,8 @@ def bn_aggr(data: View, mask: Predicate | None = None, dtype: Any = None, **kw: 
     return I.bn_aggr(None, data, mask=mask, dtype=dtype)
 
 
-def dma_copy(dst: View, src: View, mask: Predicate | None = None, **kw: Any) -> View:
-    return I.dma_copy(dst, src, mask=mask, isa=True)
+def dma_copy(dst: View, src: View, mask: Predicate | None = None, dst_rmw_op: Any = None, **kw: Any) -> View:
+    return I.dma_copy(dst, src, mask=mask, isa=True, dst_rmw_op=dst_rmw_op)
 
 
 def dma_transpose(src: View, axes: Any = None, mask: Predicate | None = None, dtype: Any = None, **kw: Any) -> View:

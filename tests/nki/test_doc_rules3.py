@@ -245,3 +245,48 @@ def test_simulator_keeps_unbound_tensor_copy_off_scalar_engine_on_v2():
     tr = axon.nki.trace(k, ((128, 512), "float32"), hw="trn1")
     moved = place_unbound(tr, load_hw("trn1"))
     assert all(ins.engine != "scalar" for i, ins in moved.items() if tr.instructions[i].opcode == "tensor_copy")
+
+
+# ---- H8: dma_copy's dst_rmw_op=add accumulates into dst -----------------------------------------
+
+
+def test_dma_copy_read_modify_write_adds():
+    # page nki.isa.dma_copy (neuronxcc 2.26; nki 2.28): dst_rmw_op=add gives dst = dst + src; it was
+    # dropped, so the DMA overwrote dst
+    def legacy(a, b):
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(a))
+        nisa.dma_copy(dst=out, src=nl.load(b), dst_rmw_op=np.add)
+        return out
+
+    def current(a, b):
+        import nki.isa as nisa
+        import nki.language as nl
+
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        u = nl.ndarray(b.shape, b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=u, src=b)
+        nisa.dma_copy(dst=t, src=u, dst_rmw_op=nl.add)
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    b = np.full((4, 8), 0.5, np.float32)
+    np.testing.assert_array_equal(axon.nki.run(legacy, a, b), a + b)
+    np.testing.assert_array_equal(axon.nki.run(current, a, b), a + b)
+
+    def other_op(a, b):
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=nl.load(b), dst_rmw_op=np.multiply)
+        return out
+
+    with pytest.raises(NKIError, match="dma_copy dst_rmw_op"):
+        axon.nki.run(other_op, a, b)
