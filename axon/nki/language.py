@@ -217,6 +217,8 @@ def transpose(x: View, dtype: Any = None, mask: Predicate | None = None, **_: An
     """Partition <-> free transpose on TensorE (result in PSUM), of dtype `dtype`, by default x's
     ("if not specified, it will default to be the same as the data type of the input tile")."""
     mask = _mask(mask)
+    if x.alloc.kind == "psum":  # TensorE reads SBUF (nki.isa.nc_transpose): through SBUF, as nl.matmul
+        x = I.tensor_copy(None, x, dtype=x.dtype)
     out = I._new(active(), (x.free_size, x.partitions), dtype or x.dtype, "psum")
     return out if mask == "skip" else I.nc_transpose(out, x, engine="tensor", mask=mask)
 

@@ -159,6 +159,21 @@ def test_tensor_engine_transpose_writes_psum():
     np.testing.assert_array_equal(axon.nki.run(_transpose_into("sbuf", 16, "vector_engine"), small), small.T)
 
 
+def test_nl_transpose_of_a_psum_tile_goes_through_sbuf():
+    # nl.transpose runs on TensorE, which reads SBUF: a PSUM operand is copied out first (guard for H5)
+    def k(x, y):
+        import neuronxcc.nki.language as nl
+
+        t = nl.transpose(nl.matmul(nl.load(x), nl.load(y), transpose_x=True))
+        out = nl.ndarray(t.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.copy(t))
+        return out
+
+    x = np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32)
+    y = np.random.default_rng(1).standard_normal((32, 24)).astype(np.float32)
+    np.testing.assert_allclose(axon.nki.run(k, x, y), (x.T @ y).T, rtol=1e-5, atol=1e-5)
+
+
 # ---- H6: tensor_scalar_reduce's accumulator parameters are not silently dropped -------------------
 
 
