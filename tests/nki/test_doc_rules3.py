@@ -238,30 +238,6 @@ def test_legacy_tensor_tensor_result_has_the_higher_precision_dtype():
 # ---- reported, not fixed here: the timing simulator's placement of an unbound tensor_copy ---------
 
 
-@pytest.mark.xfail(strict=True, reason="axon.sim.balance places an unbound tensor_copy on ScalarE on trn1")
-def test_simulator_keeps_unbound_tensor_copy_off_scalar_engine_on_v2():
-    # page nki.isa.tensor_copy (2.28+): NeuronCore-v2 has no ScalarE tensor_copy, so the compiler
-    # cannot place an unbound one there; axon.sim.balance.place_unbound does not know the generation
-    from axon.sim.balance import place_unbound
-    from axon.target import load_hw
-
-    def k(a):
-        import nki.isa as nisa
-        import nki.language as nl
-
-        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a)
-        c = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=c, src=t)  # engine left to the compiler
-        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=c)
-        return out
-
-    tr = axon.nki.trace(k, ((128, 512), "float32"), hw="trn1")
-    moved = place_unbound(tr, load_hw("trn1"))
-    assert all(ins.engine != "scalar" for i, ins in moved.items() if tr.instructions[i].opcode == "tensor_copy")
-
-
 # ---- H8: dma_copy's dst_rmw_op=add accumulates into dst -----------------------------------------
 
 
