@@ -235,9 +235,6 @@ def test_legacy_tensor_tensor_result_has_the_higher_precision_dtype():
     np.testing.assert_array_equal(got[1], a + b)
 
 
-# ---- reported, not fixed here: the timing simulator's placement of an unbound tensor_copy ---------
-
-
 # ---- H8: dma_copy's dst_rmw_op=add accumulates into dst -----------------------------------------
 
 
