@@ -26,12 +26,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = checkout.REPO
 
 from axon.search.api import TuneRequest, tune  # noqa: E402
-from axon.search.checks import adversarial_check  # noqa: E402
+from axon.search.checks import FINITE_EDGE, adversarial_check  # noqa: E402
 from axon.search.problem import LoweredProblem  # noqa: E402
 from axon.target import load_hw  # noqa: E402
 from axon.verify.adversarial import CLASSES  # noqa: E402
 from axon.workloads import get  # noqa: E402
 
+COLUMNS = (*CLASSES, FINITE_EDGE)  # the last only where an input's finite range is wider than its accurate one
 WORKLOADS = {
     "softmax": "softmax",
     "attention": "attention",
@@ -54,7 +55,7 @@ def rejected_kernel(ref: str, dtype: str, rejection, kernels: Path) -> str:
 
 
 def fmt(x: float) -> str:
-    return "inf" if not math.isfinite(x) else f"{x:.1e}"
+    return "-" if math.isnan(x) else "inf" if not math.isfinite(x) else f"{x:.1e}"
 
 
 def main() -> None:
@@ -67,8 +68,8 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="axon-numerics-"))
     lines = [
-        "| workload | dtype | chosen variant | " + " | ".join(CLASSES) + " | check | rejected for floating point |",
-        "|---" * (len(CLASSES) + 5) + "|",
+        "| workload | dtype | chosen variant | " + " | ".join(COLUMNS) + " | check | rejected for floating point |",
+        "|---" * (len(COLUMNS) + 5) + "|",
     ]
     rows = passed = rejected_total = rejected_fail = rejected_checked = 0
     worst = {"float32": 0.0, "bfloat16": 0.0}
@@ -115,7 +116,7 @@ def main() -> None:
             moves_rejected = sorted({t.split(":")[0] for t in report.fp_rejected})
             lines.append(
                 f"| {name} | {dtype} | {' + '.join(report.moves) or 'as written'} | "
-                + " | ".join(fmt(figures.get(c, float("nan"))) for c in CLASSES)
+                + " | ".join(fmt(figures.get(c, float("nan"))) for c in COLUMNS)
                 + f" | {'pass' if adv and adv.ok else 'FAIL'} | {'; '.join(moves_rejected) or '-'} |"
             )
     table = "\n".join(lines)

@@ -23,7 +23,15 @@ from axon.errors import AxonError
 from axon.ir import Graph, evaluate, flops, max_rel_error, reference_case
 from axon.measure.backend import write_kernel
 from axon.search.problem import LoweredProblem
-from axon.verify.adversarial import ACCURACY_FACTOR, all_cases, evaluate_in, input_ranges, tolerance
+from axon.verify.adversarial import (
+    ACCURACY_FACTOR,
+    all_cases,
+    class_inputs,
+    evaluate_in,
+    finite_ranges,
+    input_ranges,
+    tolerance,
+)
 
 # How far a kernel may be off on the uniform case relative to the spec as written computed in the
 # kernel's dtype on the same inputs: both compute the same values and differ in rounding order, while a
@@ -230,9 +238,13 @@ def adversarial_check(
     """
     problem, graph, dims = _checkable(problem, point, max_flops, (128, 256, 512, 1024, 2048))
     fn = _kernel(problem, point, kernel_dir)
+    derived = ranges is None
     ranges = dict(ranges) if ranges is not None else input_ranges(graph, problem.dtype, seed)
     worst: dict[str, ClassFigure] = {}
-    for cls, target, _, inputs in all_cases(graph, ranges, problem.dtype, seed):
+    cases = [(cls, target, inputs) for cls, target, _, inputs in all_cases(graph, ranges, problem.dtype, seed)]
+    if derived:
+        cases += _finite_edge_cases(graph, ranges, problem.dtype, seed)
+    for cls, target, inputs in cases:
         with np.errstate(all="ignore"):  # overflows are what some classes are for; they are measured, not warned
             expected = evaluate(graph, inputs)
             spec_err = max_rel_error(evaluate_in(graph, inputs, problem.dtype), expected)
@@ -244,6 +256,28 @@ def adversarial_check(
         if prev is None or err / max(allowed, 1e-30) > prev.kernel_error / max(prev.allowed, 1e-30):
             worst[cls] = figure
     return AdversarialReport(dims, problem.dtype, ranges, tuple(worst.values()))
+
+
+FINITE_EDGE = "finite-edge"
+
+
+def _finite_edge_cases(
+    graph: Graph, ranges: dict[str, tuple[float, float]], dtype: str, seed: int
+) -> list[tuple[str, str | None, dict[str, np.ndarray]]]:
+    """The "limit" class again, one input at a time, at the edge of where the spec as written stays
+    finite (`finite_ranges`) where that is wider than its accurate range: the kernel must stay finite
+    and about as close as the spec there. A temperature softmax is accurate in float32 to |x| ~ 16 and
+    finite far beyond; an exp without the max shift returned NaN on every row of +-100 logits."""
+    finite = finite_ranges(graph, dtype, seed)
+    return [
+        (FINITE_EDGE, name, class_inputs(graph, {**ranges, name: finite[name]}, "limit", name, dtype, seed))
+        for name in graph.input_names
+        if abs(_far(finite[name])) > abs(_far(ranges[name]))
+    ]
+
+
+def _far(r: tuple[float, float]) -> float:
+    return r[1] if abs(r[1]) >= abs(r[0]) else r[0]
 
 
 def _cast(x: np.ndarray, dtype: str) -> np.ndarray:

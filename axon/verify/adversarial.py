@@ -205,6 +205,20 @@ def input_ranges(graph: Graph, dtype: str, seed: int = 0, bar: float | None = No
     """
     bar = tolerance(dtype) if bar is None else bar
     g = reduced(graph)
+    # a pure function of what the reduced graph computes: the tuner derives them to screen variants and
+    # again to check the chosen kernel (at its check shape, which most often reduces to the same graph)
+    key = (g.canonical_hash(), tuple(sorted(g.bindings.items())), dtype, seed, bar)
+    if key not in _DERIVED:
+        if len(_DERIVED) >= 64:
+            _DERIVED.pop(next(iter(_DERIVED)))
+        _DERIVED[key] = _derive_ranges(graph, g, dtype, seed, bar)
+    return dict(_DERIVED[key])
+
+
+_DERIVED: dict[tuple[Any, ...], dict[str, Range]] = {}  # input_ranges by (reduced graph, dtype, seed, bar)
+
+
+def _derive_ranges(graph: Graph, g: Graph, dtype: str, seed: int, bar: float) -> dict[str, Range]:
     ranges = {n: (-1.0, 1.0) for n in g.input_names}
     ranges.update(declared_ranges(g))
     limit = dtype_max(dtype)
