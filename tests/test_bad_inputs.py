@@ -95,6 +95,19 @@ def test_workdir_that_is_a_file(tmp_path):
     assert afile.read_text() == "not a directory"
 
 
+@pytest.mark.parametrize("sub", ["kernels", "cache/kernels", "plots"])
+def test_workdir_whose_kernels_directory_is_a_file(tmp_path, sub):
+    """`kernels` (or `cache/kernels`, `plots`) a file in the workdir: a FileExistsError traceback
+    after the tuning, when the best kernel was written; now refused before it starts."""
+    (tmp_path / "w" / sub).parent.mkdir(parents=True)
+    (tmp_path / "w" / sub).write_text("mine")
+    refused(
+        "tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(tmp_path / "w"),
+        fragments=(f"{sub} is a file, not a directory", "--workdir"),
+    )  # fmt: skip
+    assert (tmp_path / "w" / sub).read_text() == "mine"
+
+
 def test_overwritten_optuna_journal_names_the_file_and_the_way_out(tmp_path):
     work = tmp_path / "w"
     work.mkdir()
