@@ -30,6 +30,12 @@ def test_shipped_configs_parse():
         ("entries: [{workload: matmul}]\nsampler: annealing\n", "field sampler must be one of"),
         ("entries: [{workload: matmul}]\ntrials: 0\n", "field trials must be positive"),
         ("entries: [{workload: matmul}]\ncolour: blue\n", "unknown field colour"),
+        ("entries: [{workload: matmul}]\nregression_threshold: -0.1\n", "regression_threshold must be a number >= 0"),
+        # .nan was taken, and then a sweep twice as slow was not flagged (--fail-on-regression passed)
+        (
+            "entries: [{workload: matmul}]\nregression_threshold: .nan\n",
+            "regression_threshold must be a number >= 0, got nan",
+        ),
     ],
 )
 def test_bad_configs_name_the_field(tmp_path, text, message):
