@@ -138,6 +138,14 @@ def test_slices_count_negative_bounds_from_the_end_and_stay_inside_the_axis():
     with pytest.raises(SpecError, match=r"is \[300:256\], outside the axis's 256 \(N\)"):
         evaluate(trace(starts_past_the_end, M=4, N=256), {"x": np.zeros((4, 256))})
 
+    @ax.spec(x="S D")
+    def halves(x):
+        lo, hi = ax.split(x, 2, axis=-1)
+        return lo * hi
+
+    with pytest.raises(SpecError, match="dimension D/2 is not a whole number"):  # `axon show` printed it
+        trace(halves, S=4, D=63).check_bound()
+
 
 def test_bad_reshape_and_axis():
     @ax.spec(x="M K")
