@@ -117,3 +117,13 @@ def test_a_missing_cost_model_is_refused_before_any_task(tmp_path):
         str(tmp_path / "nothere.json"),
         fragments=("cost model", "nothere.json not found"),
     )
+
+
+def test_a_worker_with_nothing_to_do_says_so(tmp_path):
+    """`axon worker` on a store without an unfinished sweep (a mistyped --workdir) exited 0 in silence."""
+    result = axon_in_process("worker", "--workdir", str(tmp_path / "w"))
+    assert result.returncode == 0 and result.stdout == "", result
+    assert result.stderr.strip() == (
+        f"axon worker: no unfinished sweep in {tmp_path / 'w' / 'records.db'}: nothing to do "
+        "(axon sweep CONFIG starts one)"
+    )
