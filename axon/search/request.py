@@ -75,7 +75,7 @@ class TuneRequest:
         if seconds is not None and not seconds > 0:
             raise SpecError(f"seconds must be positive, got {seconds:g}: no trial could run")
         seed = options.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**32:
             raise SpecError(f"seed must be an integer in 0..{2**32 - 1}, got {seed!r}")  # Optuna's and NumPy's
         if options.get("patience") is not None and options["patience"] < 1:
             raise SpecError(f"patience must be at least 1, got {options['patience']}")
