@@ -30,6 +30,7 @@ from axon.errors import StoreError
 
 ENV = "AXON_HOME"
 DEFAULT = ".axon"
+SUBDIRS = ("kernels", "cache", "cache/kernels", "plots", "sweeps", "models", "families", "mlartifacts")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Workdir:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"workdir {root} cannot be created: {exc.strerror or exc}") from None
+        for sub in SUBDIRS:  # created when first written, after the tuning: a file there was a traceback then
+            if (root / sub).exists() and not (root / sub).is_dir():
+                raise StoreError(f"workdir {root}: {sub} is a file, not a directory: move it or pass another --workdir")
         return cls(root)
 
     @classmethod

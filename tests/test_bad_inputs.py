@@ -95,6 +95,19 @@ def test_workdir_that_is_a_file(tmp_path):
     assert afile.read_text() == "not a directory"
 
 
+@pytest.mark.parametrize("sub", ["kernels", "cache/kernels", "plots"])
+def test_workdir_whose_kernels_directory_is_a_file(tmp_path, sub):
+    """`kernels` (or `cache/kernels`, `plots`) a file in the workdir: a FileExistsError traceback
+    after the tuning, when the best kernel was written; now refused before it starts."""
+    (tmp_path / "w" / sub).parent.mkdir(parents=True)
+    (tmp_path / "w" / sub).write_text("mine")
+    refused(
+        "tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", str(tmp_path / "w"),
+        fragments=(f"{sub} is a file, not a directory", "--workdir"),
+    )  # fmt: skip
+    assert (tmp_path / "w" / sub).read_text() == "mine"
+
+
 def test_overwritten_optuna_journal_names_the_file_and_the_way_out(tmp_path):
     work = tmp_path / "w"
     work.mkdir()
@@ -502,3 +515,13 @@ def test_rerunning_a_study_whose_every_trial_failed_says_so(tmp_path):
     args = ("tune", "prime.py:mm", "--shape", "M=128,K=1021,N=128", "--trials", "2", "--no-track", "--quiet")
     refused(*args, cwd=tmp_path, fragments=("no trial produced a valid measurement",))
     refused(*args, cwd=tmp_path, fragments=("already has 2 trials and every one failed", "pad it", "--study NAME"))
+
+
+def test_rerunning_a_study_measured_before_an_upgrade_says_so(tmp_path, monkeypatch):
+    # the same command after an upgrade that changed the simulator said "no trial ran (the study ...
+    # already has --trials 2 trials, or --seconds ended first): raise --trials", as if --trials were low
+    args = ("tune", "softmax", "--preset", "small", "--trials", "2", "--no-track", "--quiet", "--cpus", "1")
+    args += ("--workdir", str(tmp_path / "w"))
+    assert axon_in_process(*args).returncode == 0
+    monkeypatch.setattr("axon.measure.backend.timing_version", lambda: "another simulator")
+    refused(*args, fragments=("already has 2 trials, none of them a kernel this version", "--trials above 2"))

@@ -76,7 +76,13 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
     """
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as `tune` and `sweep`, also in the background
     fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri)
-    for sweep in [sweep_id] if sweep_id else pending_sweeps(fleet):
+    sweeps = [sweep_id] if sweep_id else pending_sweeps(fleet)
+    if not sweeps:  # it exited 0 without a word: a worker pointed at the wrong store looked like one that had finished
+        where = "the shared store" if records or storage else fleet.workdir.records  # a URL may hold a password
+        click.echo(
+            f"axon worker: no unfinished sweep in {where}: nothing to do (axon sweep CONFIG starts one)", err=True
+        )
+    for sweep in sweeps:
         report = work(fleet, sweep, cost_model=cost_model)
         if report is not None:
             click.echo(_to_json(report) if as_json else report.table())

@@ -101,8 +101,10 @@ def ui(workdir: str | None, port: int, open_browser: bool | None) -> None:
     """Start the MLflow UI on the working directory's store (127.0.0.1 only) and print the page of
     its tuning runs; Ctrl-C, SIGTERM or SIGHUP stops it and everything it started."""
 
+    path = Workdir.locate(workdir)
+    if not path.is_dir():  # a mistyped --workdir served an empty store it had just made
+        raise StoreError(f"no working directory {path} (run `axon tune` first, or pass --workdir)")
     path = resolve_workdir(workdir).root
-    path.mkdir(parents=True, exist_ok=True)
     # Each of these stops the server. SIGINT is set explicitly: a process started in the background
     # by a non-interactive shell inherits SIGINT ignored, and Python then never raises
     # KeyboardInterrupt. SIGHUP comes when the terminal or ssh session closes; the server is in its
@@ -203,7 +205,7 @@ def stop_ui(proc: subprocess.Popen) -> None:
 def runs(workdir: str | None, count: int, as_json: bool) -> None:
     """List recent tuning runs: hardware, shape, dtype, best latency and speedup over unfused."""
 
-    path = resolve_workdir(workdir).root
+    path = Workdir.locate(workdir)  # only reads: a mistyped --workdir must not be left behind as a directory
     if not (path / "mlflow.db").exists():
         raise StoreError(f"no tracking store in {path} (run `axon tune` first, or pass --workdir)")
     tracker = Tracker.for_workdir(path)

@@ -110,7 +110,9 @@ def infer_type(
     if op == "slice":
         shape = shapes[0]
         axis = _axis(op, where, attrs["axis"], len(shape))
-        start, stop = Dim.of(attrs["start"]), Dim.of(attrs["stop"])
+        # a negative constant counts from the end, as in NumPy (x[:, :-1], x[:, -64:])
+        start, stop = (Dim.of(attrs[k]) for k in ("start", "stop"))
+        start, stop = (shape[axis] + d if d.is_const and d.const_value < 0 else d for d in (start, stop))
         extent = stop - start
         if extent.is_const and extent.const_value <= 0:
             raise _fail(op, where, f"empty slice [{start}:{stop}] of axis {axis} in {shape_str(shape)}")

@@ -154,6 +154,22 @@ class Graph:
                 + (f" (also {', '.join(missing[1:])})" if len(missing) > 1 else "")
                 + f"; bind with --shape {missing[0]}=..."
             )
+        self.memo(("slices",), self._check_slices)
+
+    def _check_slices(self) -> None:
+        """SpecError for a slice outside its axis at these sizes (x[:, :1000] with N=256 was traced as
+        1000 columns, then every kernel failed; x[:, 300:] as -44)."""
+        for n in self.nodes:
+            if n.op != "slice":
+                continue
+            axis, dims = n.attr("axis"), self.bindings
+            extent = self.nodes[n.inputs[0]].shape[axis]
+            start, stop, size = n.attr("start").evaluate(dims), n.attr("stop").evaluate(dims), extent.evaluate(dims)
+            if not 0 <= start < stop <= size:
+                raise SpecError(
+                    f"graph {self.name}: slice [{n.attr('start')}:{n.attr('stop')}] of axis {axis} (node %{n.id}) "
+                    f"is [{start}:{stop}], outside the axis's {size} ({extent}) under {dims}"
+                )
 
     def concrete_shape(self, node_id: int) -> tuple[int, ...]:
         return self.memo(("shape", node_id), lambda: self.nodes[node_id].type.concrete(self.bindings))

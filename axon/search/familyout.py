@@ -67,7 +67,7 @@ def write_module(
     kernels.mkdir(parents=True, exist_ok=True)
     graph = problems.graph
     inputs = [tuple(str(d.name) if hasattr(d, "name") else str(d) for d in n.type.shape) for n in graph.inputs]
-    table = {}
+    table, shapes = {}, {}
     kernel_name = ""
     for row in family.rows:
         cand = problems(row.dims).build(family.schedules[row.schedule])
@@ -76,6 +76,8 @@ def write_module(
         path.write_text(cand.source)
         key = tuple(row.dims[k] for k in sorted(row.dims))
         table[key] = (f"kernels/{path.name}", cand.kernel, row.schedule)
+        bound = problems(row.dims).graph  # each input's concrete shape: a dimension may be "KV*G" or "D/2"
+        shapes[key] = tuple(bound.concrete_shape(n.id) for n in bound.inputs)
     measured = [r for r in family.rows if r.measured]
     lines = [
         f"Kernel family: {family.workload} over {span([r.dims for r in family.rows])} on {hw} "
@@ -117,8 +119,11 @@ def write_module(
         doc="\n".join(lines).replace('"""', "'''"),
         dims=tuple(sorted(family.rows[0].dims)),
         inputs=inputs,
+        names=tuple(graph.input_names),
+        shapes=shapes,
         table=table,
         rows=rows,
+        served=span([r.dims for r in family.rows]),
         kernel=kernel_name,
         hw=hw,
     )
@@ -135,26 +140,31 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DIMS = {dims!r}  # the dimensions the family varies, in the order of KERNELS' keys
+INPUTS = {names!r}  # the kernel's array parameters, in order
 INPUT_DIMS = {inputs!r}  # each input's dimensions, by position
+SHAPES = {shapes!r}  # shape -> each input's array shape
+SERVED = {served!r}
 KERNELS = {table!r}  # shape -> (kernel file, function, schedule)
 ROWS = {rows!r}
 
 
 def shape_of(*arrays):
-    """The family's dimensions bound by the arrays' shapes."""
-    dims = {{}}
-    for names, array in zip(INPUT_DIMS, arrays):
-        for name, n in zip(names, array.shape):
-            dims.setdefault(name, n)
-    return tuple(dims[d] for d in DIMS)
+    """The family's dimensions (a key of KERNELS) for arrays of these shapes; TypeError for another
+    number of arrays, KeyError for shapes no kernel of the family serves (or that disagree)."""
+    if len(arrays) != len(INPUTS):
+        raise TypeError(f"{kernel}: expected {{len(INPUTS)}} arrays ({{', '.join(INPUTS)}}), got {{len(arrays)}}")
+    got = tuple(tuple(int(n) for n in getattr(a, "shape", ())) for a in arrays)
+    for key, shapes in SHAPES.items():
+        if shapes == got:
+            return key
+    given = ", ".join(f"{{n}}{{list(s)}}" for n, s in zip(INPUTS, got))
+    wanted = ", ".join(f"{{n}}[{{', '.join(d)}}]" for n, d in zip(INPUTS, INPUT_DIMS))
+    raise KeyError(f"{kernel}: no kernel in this family for inputs {{given}} (inputs {{wanted}}; served: {{SERVED}})")
 
 
 def kernel_file(*arrays):
     """(path, function name, schedule) of the kernel for these arrays' shape; KeyError outside the family."""
-    key = shape_of(*arrays)
-    if key not in KERNELS:
-        raise KeyError(f"{kernel}: no kernel in this family for {{dict(zip(DIMS, key))}}")
-    path, name, schedule = KERNELS[key]
+    path, name, schedule = KERNELS[shape_of(*arrays)]
     return HERE / path, name, schedule
 
 

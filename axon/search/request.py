@@ -11,6 +11,7 @@ rest of the run passes the `HardwareSpec` and the `Workdir` along and reads neit
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from axon.errors import SpecError
+from axon.ir import KERNEL_DTYPES
 from axon.shipped import cost_model_ref
 from axon.target import DEFAULT_HW, HardwareSpec, load_hw
 from axon.workdir import Workdir
@@ -72,6 +74,13 @@ class TuneRequest:
         seconds = options.get("seconds")
         if seconds is not None and not seconds > 0:
             raise SpecError(f"seconds must be positive, got {seconds:g}: no trial could run")
+        seed = options.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**32:
+            raise SpecError(f"seed must be an integer in 0..{2**32 - 1}, got {seed!r}")  # Optuna's and NumPy's
+        if options.get("patience") is not None and options["patience"] < 1:
+            raise SpecError(f"patience must be at least 1, got {options['patience']}")
+        if options.get("dtype", "float32") not in KERNEL_DTYPES:  # a float8 kernel fails every check
+            raise SpecError(f"unknown kernel dtype {options['dtype']!r}; choose {', '.join(KERNEL_DTYPES)}")
         if options.get("workers") is not None and options["workers"] < 1:
             raise SpecError(f"workers must be at least 1, got {options['workers']}")
         if options.get("sampler", "costmodel") not in SAMPLERS:

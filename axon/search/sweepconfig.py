@@ -170,8 +170,8 @@ def load_sweep(path: str | Path) -> SweepConfig:
             f"{file}: field registered_model may use only {{hw}} as a placeholder, got {registered!r}"
         ) from None
     threshold = float(_field(data, "regression_threshold", (int, float), file, 0.05))
-    if threshold < 0:
-        raise SpecError(f"{file}: field regression_threshold must not be negative")
+    if not threshold >= 0:  # NaN too: no slowdown would ever be flagged
+        raise SpecError(f"{file}: field regression_threshold must be a number >= 0, got {threshold}")
     return SweepConfig(
         name=str(_field(data, "name", str, file, path.stem)),
         hw=tuple(hw),

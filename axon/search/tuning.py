@@ -94,9 +94,14 @@ def _nothing_ran(storage: Any, study_name: str, trials: int) -> str:
             f"{first.splitlines()[0][:200]}): --trials above {len(earlier)} tries more points, "
             "--study NAME starts afresh"
         )
+    if len(earlier) >= trials:  # measured, but not by this code: nothing of it is current (an upgrade)
+        return (
+            f"the study {study_name} already has {len(earlier)} trials, none of them a kernel this version "
+            f"of Axon emits and times the same way (measured before an upgrade): --trials above "
+            f"{len(earlier)} measures more points, --study NAME starts afresh"
+        )
     return (
-        f"no trial ran (the study {study_name} already has --trials {trials} trials, or --seconds ended "
-        f"first): raise --trials or --seconds"
+        f"no trial ran (--seconds ended before the first, the study {study_name} has {len(earlier)}): raise --seconds"
     )
 
 

@@ -107,6 +107,46 @@ def test_structural_ops_evaluate_like_numpy():
     assert rel_err(out["out2"], x.max(0)) == 0
 
 
+def test_slices_count_negative_bounds_from_the_end_and_stay_inside_the_axis():
+    """x[:, :-1] was refused as an empty slice, x[:, -64:] traced as N + 64 columns (every kernel then
+    read never-written memory); x[:, :1000] at N=256 traced as 1000 columns, x[:, 300:] as -44."""
+
+    @ax.spec(x="M N")
+    def ends(x):
+        return x[:, 1:] - x[:, :-1], x[:, -64:] * 2.0, x[-2:-1]
+
+    g = trace(ends, M=4, N=256)
+    assert [g.concrete_shape(o) for o in g.outputs] == [(4, 255), (4, 64), (1, 256)]
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 256))
+    out = evaluate(g, {"x": x})
+    assert rel_err(out["out0"], np.diff(x, axis=1)) == 0 and rel_err(out["out1"], x[:, -64:] * 2) == 0
+    assert rel_err(out["out2"], x[-2:-1]) == 0
+
+    @ax.spec(x="M N")
+    def past_the_end(x):
+        return x[:, :1000] * 2.0
+
+    @ax.spec(x="M N")
+    def starts_past_the_end(x):
+        return x[:, 300:]
+
+    trace(past_the_end, M=4, N=1024).check_bound()  # inside the axis at N=1024
+    with pytest.raises(
+        SpecError, match=r"slice \[0:1000\] of axis 1 \(node %1\) is \[0:1000\], outside the axis's 256"
+    ):
+        trace(past_the_end, M=4, N=256).check_bound()
+    with pytest.raises(SpecError, match=r"is \[300:256\], outside the axis's 256 \(N\)"):
+        evaluate(trace(starts_past_the_end, M=4, N=256), {"x": np.zeros((4, 256))})
+
+    @ax.spec(x="S D")
+    def halves(x):
+        lo, hi = ax.split(x, 2, axis=-1)
+        return lo * hi
+
+    with pytest.raises(SpecError, match="dimension D/2 is not a whole number"):  # `axon show` printed it
+        trace(halves, S=4, D=63).check_bound()
+
+
 def test_bad_reshape_and_axis():
     @ax.spec(x="M K")
     def bad_reshape(x):

@@ -219,3 +219,31 @@ def test_a_range_of_one_value_is_that_shape(tmp_path, monkeypatch):
         "tune", "rmsnorm", "--preset", "small", "--shape", "M=128..128", "--workdir", str(tmp_path)
     )
     assert seen == [{"M": 128}] and "stop here" in result.stderr, result.stderr
+
+
+def test_family_module_dispatches_composite_dimensions_and_names_mismatched_inputs(tmp_path):
+    """An input shaped "KV*G S" (gqa's q) binds no dimension by itself: the module dispatched with
+    KeyError 'G' on every call. Arrays that disagree (x of one shape, c of another) ran a kernel on
+    the wrong data (a cryptic emulator error, garbage on a device); now a KeyError naming them."""
+    from axon.search.family import Family, ShapeRow
+
+    (tmp_path / "gq.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(q='KV*G S', c='KV S')\ndef gq(q, c):\n    return ax.exp(q) * 2.0\n"
+    )
+    g = get(f"{tmp_path}/gq.py:gq").graph(None, KV=2, G=64, S=128)
+    problems = FamilyProblems("gq", g, load_hw("trn1"), verified_variants(g, depth=0), "float32")
+    shapes = [{"G": 64, "KV": 2, "S": s} for s in (128, 256)]
+    point = problems(shapes[0]).default_point()
+    rows = [ShapeRow(d, 0, 1.0, True, 1.0, 1.0) for d in shapes]
+    fam = Family("gq", {"S": (128, 256)}, [point], rows, 2, measured_shapes=shapes)
+    module = load_family(write_module(fam, problems, tmp_path / "out", [], "trn1"))
+    q = np.random.default_rng(0).uniform(-1, 1, (128, 256)).astype(np.float32)
+    c = np.zeros((2, 256), np.float32)
+    assert module.kernel_file(q, c)[0].name == "gq_G64_KV2_S256.py"
+    assert np.abs(module.emulate(q, c) - 2 * np.exp(q.astype(np.float64))).max() < 1e-5 * 2 * np.e
+    with pytest.raises(KeyError, match=r"inputs q\[128, 256\], c\[2, 128\] \(inputs q\[G\*KV, S\], c\[KV, S\]"):
+        module.kernel_file(q, c[:, :128])
+    with pytest.raises(KeyError, match="no kernel in this family"):
+        module.kernel_file(q[0], c)
+    with pytest.raises(TypeError, match=r"expected 2 arrays \(q, c\), got 1"):
+        module.kernel_file(q)

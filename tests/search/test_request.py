@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
+import numpy as np
 import pytest
 
 from axon.errors import SpecError
@@ -72,6 +74,24 @@ def test_the_request_loads_the_hardware_once_and_reads_axon_home(tmp_path, monke
         TuneRequest.make("softmax", sampler="grid")
     with pytest.raises(TypeError):
         tune("softmax")  # type: ignore[arg-type]  # one request object, not keywords
+
+
+@pytest.mark.parametrize(
+    "option, fragment",
+    [
+        ({"seed": -1}, "seed must be an integer in 0..4294967295, got -1"),  # NumPy's ValueError, 2.6 s in
+        ({"seed": 2**40}, "seed must be an integer in 0..4294967295"),  # a traceback from Optuna's sampler
+        ({"seed": 1.5}, "seed must be an integer"),
+        ({"patience": 0}, "patience must be at least 1, got 0"),  # tuned as if no patience were given
+        ({"dtype": "float8_e4m3"}, "unknown kernel dtype 'float8_e4m3'; choose float32, bfloat16, float16"),
+    ],
+)
+def test_the_request_refuses_what_the_command_line_refuses(tmp_path, option, fragment):
+    """The API took a seed, patience or dtype `axon tune` refuses, and failed after (or during) the
+    tuning: float8 tuned every trial, then every kernel failed its check."""
+    with pytest.raises(SpecError, match=re.escape(fragment)):
+        TuneRequest.make("softmax", preset="small", trials=1, workdir=tmp_path, track=False, **option)
+    assert TuneRequest.make("softmax", workdir=tmp_path, seed=np.int64(3)).seed == 3
 
 
 def _problem(name: str = "rmsnorm") -> LoweredProblem:

@@ -30,6 +30,12 @@ def test_shipped_configs_parse():
         ("entries: [{workload: matmul}]\nsampler: annealing\n", "field sampler must be one of"),
         ("entries: [{workload: matmul}]\ntrials: 0\n", "field trials must be positive"),
         ("entries: [{workload: matmul}]\ncolour: blue\n", "unknown field colour"),
+        ("entries: [{workload: matmul}]\nregression_threshold: -0.1\n", "regression_threshold must be a number >= 0"),
+        # .nan was taken, and then a sweep twice as slow was not flagged (--fail-on-regression passed)
+        (
+            "entries: [{workload: matmul}]\nregression_threshold: .nan\n",
+            "regression_threshold must be a number >= 0, got nan",
+        ),
     ],
 )
 def test_bad_configs_name_the_field(tmp_path, text, message):
@@ -110,4 +116,14 @@ def test_a_missing_cost_model_is_refused_before_any_task(tmp_path):
         "--cost-model",
         str(tmp_path / "nothere.json"),
         fragments=("cost model", "nothere.json not found"),
+    )
+
+
+def test_a_worker_with_nothing_to_do_says_so(tmp_path):
+    """`axon worker` on a store without an unfinished sweep (a mistyped --workdir) exited 0 in silence."""
+    result = axon_in_process("worker", "--workdir", str(tmp_path / "w"))
+    assert result.returncode == 0 and result.stdout == "", result
+    assert result.stderr.strip() == (
+        f"axon worker: no unfinished sweep in {tmp_path / 'w' / 'records.db'}: nothing to do "
+        "(axon sweep CONFIG starts one)"
     )

@@ -55,6 +55,7 @@ def test_axon_runs_json_has_the_same_fields(tuned):
 def test_axon_runs_without_a_store_says_so(tmp_path):
     empty = axon_in_process("runs", "--workdir", str(tmp_path / "nothing"))
     assert empty.returncode == 2 and "no tracking store" in empty.stderr
+    assert not (tmp_path / "nothing").exists()  # a mistyped --workdir was left behind as an empty directory
 
 
 @pytest.mark.parametrize("count", ["0", "-3"])

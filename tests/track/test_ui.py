@@ -212,3 +212,9 @@ def test_port_zero_gets_a_free_port_the_url_names_and_a_port_out_of_range_is_ref
     assert 0 < port < 65536
     for bad in ("70000", "-1"):
         refused("ui", "--port", bad, fragments=("'--port'", "0<=x<=65535"))
+
+
+def test_ui_on_a_working_directory_that_does_not_exist_is_refused(tmp_path):
+    """`axon ui --workdir typo` made the directory and an empty store, and served that."""
+    refused("ui", "--workdir", str(tmp_path / "typo"), fragments=("no working directory", "typo"))
+    assert not (tmp_path / "typo").exists()
