@@ -156,9 +156,10 @@ def run_cmd(kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], hw: str
     rng = np.random.default_rng(seed)
     call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
     with np.errstate(all="ignore"):  # overflow on random inputs is reported below, once, as non-finite values
-        outs = axon.nki.run(fn, *call, hw=hw, **kwargs)
-    for i, out in enumerate(outs if isinstance(outs, tuple) else (outs,)):
-        finite = bool(np.all(np.isfinite(out.astype(np.float32))))
-        click.echo(
-            f"output {i}: shape {list(out.shape)} dtype {out.dtype.name}" + ("" if finite else " (non-finite values)")
-        )
+        outs, unwritten = axon.nki.run_with_unwritten(fn, *call, hw=hw, **kwargs)
+    for i, (out, missing) in enumerate(zip(outs, unwritten)):
+        if missing:  # garbage on a device; here NaN, which is not an overflow
+            note = f" ({missing:,} of {out.size:,} elements never written by the kernel)"
+        else:
+            note = "" if np.all(np.isfinite(out.astype(np.float32))) else " (non-finite values)"
+        click.echo(f"output {i}: shape {list(out.shape)} dtype {out.dtype.name}{note}")

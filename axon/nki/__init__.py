@@ -5,7 +5,17 @@ naming the kernel line, and records the instruction `Trace` the timing simulator
 (`trace`, shapes only). It models no timing itself.
 """
 
-from axon.nki.runner import Kernel, jit, load_kernel, load_source, run, run_with_trace, simulate_kernel, trace
+from axon.nki.runner import (
+    Kernel,
+    jit,
+    load_kernel,
+    load_source,
+    run,
+    run_with_trace,
+    run_with_unwritten,
+    simulate_kernel,
+    trace,
+)
 from axon.nki.runner import install_shim as install_import_shim
 from axon.target.trace import Access, Alloc, Instr, Loop, Trace
 
@@ -22,6 +32,7 @@ __all__ = [
     "load_source",
     "run",
     "run_with_trace",
+    "run_with_unwritten",
     "simulate_kernel",
     "trace",
 ]

@@ -268,7 +268,9 @@ def _execute(
 def _kernel_error(exc: Exception, file: str, kernel: str) -> NKIError:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == file]
     where = f"{os.path.basename(file)}:{frames[-1].lineno}: " if frames else ""
-    return NKIError(f"{where}kernel {kernel} raised {type(exc).__name__}: {exc}")
+    # a bare `assert` says nothing: its source line says what the kernel expected
+    detail = str(exc) or (frames[-1].line or "" if frames else "")
+    return NKIError(f"{where}kernel {kernel} raised {type(exc).__name__}: {detail}")
 
 
 def _outputs(machine: Machine, result: Any) -> tuple[View, ...]:
@@ -310,6 +312,19 @@ def run(kernel: Any, *arrays: Any, hw: str | HardwareSpec = DEFAULT_HW, **kwargs
         machine, result = _execute(kernel, arrays, kwargs, hw, execute=True)
     outs = tuple(v.alloc.data[v.np_index()].copy() for v in _outputs(machine, result))  # type: ignore[index]
     return outs[0] if len(outs) == 1 else outs
+
+
+def run_with_unwritten(
+    kernel: Any, *arrays: Any, hw: str | HardwareSpec = DEFAULT_HW, **kwargs: Any
+) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """`run`, with its outputs always as a tuple, and per output how many of its elements the kernel
+    never wrote (on a device those hold whatever HBM held before; here NaN or 0)."""
+    with _small_blas():
+        machine, result = _execute(kernel, arrays, kwargs, hw, execute=True)
+    views = _outputs(machine, result)
+    outs = tuple(v.alloc.data[v.np_index()].copy() for v in views)  # type: ignore[index]
+    unwritten = tuple(int((~v.alloc.written[v.np_index()]).sum()) for v in views)  # type: ignore[index]
+    return outs, unwritten
 
 
 def run_with_trace(kernel: Any, *arrays: Any, hw: str | HardwareSpec = DEFAULT_HW, **kwargs: Any) -> tuple[Any, Trace]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -194,6 +195,8 @@ def _value(tp: Any, raw: Any, path: str, file: str, name: str) -> Any:
     if tp in (int, float):
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise HardwareError(f"{file}: field {path} must be a number, got {raw!r}")
+        if not math.isfinite(raw):  # .nan / .inf: int() of it was a traceback, a NaN bandwidth a 0.0 us roofline
+            raise HardwareError(f"{file}: field {path} must be a finite number, got {raw!r}")
         if tp is int and (float(raw) != int(raw)):
             raise HardwareError(f"{file}: field {path} must be a whole number, got {raw!r}")
         if raw < 0 or (raw == 0 and name not in _ZERO_OK):

@@ -118,3 +118,38 @@ def test_overflow_on_random_inputs_is_said_once_without_numpy_warnings():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "output 0: shape [64, 256] dtype float32 (non-finite values)"
     assert "Warning" not in r.stderr, r.stderr
+
+
+PARTIAL = """
+import nki.isa as nisa
+import nki.language as nl
+
+
+def first_block(a):
+    # copies only the first 128 rows and 256 columns: the rest of the output is never written
+    assert a.shape[0] >= 128
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 256), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a[0:128, 0:256])
+    nisa.dma_copy(dst=out[0:128, 0:256], src=t)
+    return out
+"""
+
+
+def test_nki_run_counts_the_output_elements_the_kernel_never_wrote(tmp_path):
+    # they were reported as "(non-finite values)", as if the kernel had overflowed
+    (tmp_path / "partial.py").write_text(PARTIAL)
+    whole = axon_in_process("nki", "run", f"{tmp_path / 'partial.py'}:first_block", "--input", "a=float32[128,256]")
+    assert whole.returncode == 0 and whole.stdout.strip() == "output 0: shape [128, 256] dtype float32"
+    part = axon_in_process("nki", "run", f"{tmp_path / 'partial.py'}:first_block", "--input", "a=float32[200,300]")
+    assert part.returncode == 0, part.stderr
+    unwritten = 200 * 300 - 128 * 256
+    assert f"({unwritten:,} of 60,000 elements never written by the kernel)" in part.stdout
+    assert "non-finite" not in part.stdout
+
+
+def test_a_bare_assert_in_a_kernel_shows_its_source_line(tmp_path):
+    (tmp_path / "partial.py").write_text(PARTIAL)
+    r = axon_in_process("nki", "run", f"{tmp_path / 'partial.py'}:first_block", "--input", "a=float32[64,256]")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.strip().endswith("raised AssertionError: assert a.shape[0] >= 128"), r.stderr

@@ -57,6 +57,21 @@ def test_negative_field_names_field_and_file(tmp_path):
         load_hw(path)
 
 
+@pytest.mark.parametrize(
+    "group, field, value",
+    [
+        ("memory", "hbm_bytes", float("nan")),
+        ("memory", "hbm_bandwidth_gbps", float("nan")),
+        ("dma", "fixed_cost_ns", float("inf")),
+    ],
+)
+def test_a_field_that_is_not_a_finite_number_is_refused(tmp_path, group, field, value):
+    # hbm_bytes: .nan was int()'s ValueError traceback; a NaN bandwidth gave a 0.0 us roofline and exit 0
+    path = _broken(tmp_path, lambda d: d[group].__setitem__(field, value))
+    with pytest.raises(HardwareError, match=rf"broken\.yaml: field {group}\.{field} must be a finite number"):
+        load_hw(path)
+
+
 def test_wrong_type_and_unknown_field(tmp_path):
     path = _broken(tmp_path, lambda d: d["engines"]["tensor"].__setitem__("clock_ghz", "fast"))
     with pytest.raises(HardwareError, match=r"engines\.tensor\.clock_ghz must be a number"):
