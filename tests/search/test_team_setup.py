@@ -91,4 +91,4 @@ def _wait_healthy(url: str, timeout_s: float = 120) -> None:
             return
         except OSError:
             assert time.time() < deadline, f"the MLflow server did not answer {url} in {timeout_s:.0f} s"
-            time.sleep(1)
+            time.sleep(0.2)
