@@ -4,6 +4,7 @@ Every path Axon keeps state under is a property here, so the layout is spelled o
 
     WORKDIR/records.db            measurements (the source of truth, `axon.measure.records`)
     WORKDIR/optuna.log            Optuna journal (a view, rebuilt from records.db if lost)
+    WORKDIR/optuna.log.flock      its write lock (an OS lock, released when a writer dies)
     WORKDIR/mlflow.db             embedded MLflow store, WORKDIR/mlartifacts its artifacts
     WORKDIR/kernels/              the best kernels `axon tune` writes
     WORKDIR/cache/kernels/        kernel files traced while tuning

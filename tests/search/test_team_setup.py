@@ -52,15 +52,23 @@ def test_the_readme_team_setup_runs_as_written():
                 .replace("--host 0.0.0.0", "--host 127.0.0.1")
             )
             argv = shlex.split(line)
+            assignments = {}  # a leading NAME=value sets the command's environment, as the shell does
+            while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):
+                name, value = argv.pop(0).split("=", 1)
+                assignments[name] = value
             if argv[0] in ("initdb", "pg_ctl"):
                 argv = [*as_owner, str(binary / argv[0]), *argv[1:]]
                 if argv[-1] == "start":  # the socket in the throwaway directory, not /var/run/postgresql
                     argv[argv.index("-o") + 1] += f" -k {root}"
             if argv[0] == "mlflow":
-                server = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                server = subprocess.Popen(
+                    argv, cwd=REPO, env={**env, **assignments}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
                 _wait_healthy(f"http://127.0.0.1:{ml_port}/health")
                 continue
-            result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+            result = subprocess.run(
+                argv, cwd=REPO, env={**env, **assignments}, capture_output=True, text=True, timeout=600
+            )
             assert result.returncode == 0, f"{line}\n{result.stderr[-2000:]}"
             if argv[:2] == ["axon", "sweep"]:
                 assert "sweep demo: 2 tasks" in result.stdout
@@ -83,4 +91,4 @@ def _wait_healthy(url: str, timeout_s: float = 120) -> None:
             return
         except OSError:
             assert time.time() < deadline, f"the MLflow server did not answer {url} in {timeout_s:.0f} s"
-            time.sleep(1)
+            time.sleep(0.2)
