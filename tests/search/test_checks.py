@@ -192,3 +192,25 @@ def test_a_kernel_that_overflows_where_the_spec_stays_finite_fails_the_finite_ed
     assert all(c.ok for c in unsafe.classes if c.cls != FINITE_EDGE)  # the accurate range cannot see it
     assert not unsafe.ok and FINITE_EDGE in unsafe.failure() and not np.isfinite(unsafe.worst()[FINITE_EDGE])
     assert results[""].ok and np.isfinite(results[""].worst()[FINITE_EDGE])
+
+
+def test_a_kernel_wrong_only_past_its_first_tiles_fails_the_full_size_case(tmp_path, monkeypatch):
+    # the classes run at reduced sizes (rmsnorm_matmul's default at 128^3: one tile of every loop); a
+    # kernel that goes wrong only where its loops run more than once must still be caught
+    import axon.nki
+    from axon.search.api import verified_variants
+
+    g = get("rmsnorm_matmul").graph("default")
+    problem = LoweredProblem("rmsnorm_matmul", g, load_hw("trn1"), verified_variants(g), "float32")
+    point = problem.default_point(0)
+    assert adversarial_check(problem, point, kernel_dir=tmp_path).ok
+    real_run = axon.nki.run
+
+    def wrong_when_large(*args, **kwargs):
+        out = real_run(*args, **kwargs)
+        return out * np.float32(1.5) if out.shape[0] >= 1024 else out
+
+    monkeypatch.setattr(axon.nki, "run", wrong_when_large)
+    report = adversarial_check(problem, point, kernel_dir=tmp_path)
+    assert not report.ok and report.dims == {"K": 128, "M": 128, "N": 128}
+    assert "dominant(all inputs, at K=1024 M=1024 N=1024)" in report.failure()
