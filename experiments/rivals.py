@@ -243,17 +243,6 @@ def in_child(make: Callable[[], Any]) -> Any:
     return value
 
 
-def _with_source_line(error: str, case: Case, data: Path) -> str:
-    """`error`, with the kernel's own source line when it names one (a bare `assert` says nothing else)."""
-    match = re.search(r"(\S+\.py):(\d+): kernel \S+ raised", error)
-    path = data / case.corpus / case.file
-    if not match or match.group(1) != path.name:
-        return error
-    lines = path.read_text().splitlines()
-    n = int(match.group(2))
-    return f"{error.rstrip(': ')} (`{lines[n - 1].strip()}`)" if 0 < n <= len(lines) else error
-
-
 def _time_case(case: Case, data: Path, hw_name: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
@@ -290,7 +279,7 @@ def measure(rival: Rival, hw_name: str, data: Path, work: Path, compute: bool = 
         except NotCached:
             return None
         if not num["ok"]:
-            versions[case.name] = {"ns": None, "error": _with_source_line(num["error"], case, data)[:300]}
+            versions[case.name] = {"ns": None, "error": num["error"][:300]}
             continue
         tkey = source_hash(TIMING_SOURCES, case.name, files, hw.file_hash)
         try:
