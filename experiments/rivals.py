@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
