@@ -231,7 +231,9 @@ def test_a_kernel_refusing_the_shape_says_why(tmp_path):
     (tmp_path / corpus.TUTORIALS / "double.py").write_text(refusing)
     cell = rivals.measure(rival, "trn1", tmp_path, tmp_path / "work")
     assert cell["ns"] is None
-    assert "(`assert x.shape[1] == 64`)" in cell["versions"]["double@M128xN512:float32"]["error"]
+    assert cell["versions"]["double@M128xN512:float32"]["error"].endswith(
+        "raised AssertionError: assert x.shape[1] == 64"
+    )
 
 
 def test_a_row_tuned_again_gets_a_study_of_its_own(tmp_path):
