@@ -147,7 +147,7 @@ def load_transposed(st: LoweringState, node: Node) -> list[Stmt]:
     use_dma = st.knobs["transpose"] == "dma"
     if not use_dma:
         raw = st.tile(f"{x.attr('name')}_raw", cs, st.tm, x.type.dtype)
-        pt = st.tile("transpose_psum", st.pmax, st.bank, "float32", "psum")
+        pt = st.tile("transpose_psum", st.pmax, st.bank, x.type.dtype, "psum")  # nc_transpose: dst dtype = data's
 
     def body(j: Expr) -> list[Stmt]:
         c0 = Expr.of(Affine.of("i_c") * cs)
