@@ -81,8 +81,7 @@ def prepare_weights(st: LoweringState, mm: int) -> list[Stmt]:
         inner: list[Stmt] = [TileInstr("dma_transpose", "dma", dst, (("src", src),), f"{w.input}.T by DMA")]
     else:
         raw = st.tile(f"{w.input}_chunk", cs, tk, dt)
-        # a TensorE transpose writes PSUM in its input's dtype (nki.isa.nc_transpose: dst dtype = data dtype)
-        pt = st.tile("wT_psum", st.pmax, st.bank, dt, "psum")
+        pt = st.tile("wT_psum", st.pmax, st.bank, dt, "psum")  # nc_transpose: PSUM in the data's dtype
         inner = [
             TileInstr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, tk), (("src", src),)),
             TileInstr(
@@ -200,13 +199,11 @@ def _stationary(st: LoweringState, node: Node, dt: str) -> list[Stmt]:
             inner = [TileInstr("dma_transpose", "dma", dst, (("src", src),), "stationary by DMA transpose")]
         else:
             view = st.views[a]
-            # one PSUM tile per dtype transposed: TensorE writes it in its input's dtype (nki.isa.nc_transpose)
-            vdt = next(t.dtype for t in st.allocs if t.name == view.tensor)
-            pts = st.__dict__.setdefault("pt", {})
-            pt = pts.get(vdt) or st.tile(
+            vdt = next(t.dtype for t in st.allocs if t.name == view.tensor)  # one PSUM tile per dtype:
+            pts = st.__dict__.setdefault("pt", {})  # nc_transpose writes PSUM in its data's dtype
+            pt = pts[vdt] = pts.get(vdt) or st.tile(
                 "transpose_psum", st.pmax, st.bank, vdt, "psum", tiles=pbufs if pbufs > 1 else 0
             )
-            pts[vdt] = pt
             data = tile_ref(view.tensor, 0, tm, view.base + j_off(j, view.jstride) + kt * tk, tk)
             # k tile i_k's transpose has its own columns of the PSUM tiles while they last (a bank holds
             # bank // tm of them), so a row block's transposes need not wait for the copies out of a bank
