@@ -199,8 +199,8 @@ def _stationary(st: LoweringState, node: Node, dt: str) -> list[Stmt]:
             inner = [TileInstr("dma_transpose", "dma", dst, (("src", src),), "stationary by DMA transpose")]
         else:
             view = st.views[a]
-            vdt = next(t.dtype for t in st.allocs if t.name == view.tensor)  # one PSUM tile per dtype:
-            pts = st.__dict__.setdefault("pt", {})  # nc_transpose writes PSUM in its data's dtype
+            vdt = view.dtype  # one PSUM tile per dtype: nc_transpose writes PSUM in its data's dtype
+            pts = st.__dict__.setdefault("pt", {})
             pt = pts[vdt] = pts.get(vdt) or st.tile(
                 "transpose_psum", st.pmax, st.bank, vdt, "psum", tiles=pbufs if pbufs > 1 else 0
             )

@@ -29,7 +29,7 @@ from axon.verify.adversarial import (
     all_cases,
     class_inputs,
     evaluate_in,
-    finite_ranges,
+    finite_edge_cases,
     input_ranges,
     joint_ranges,
     tolerance,
@@ -246,12 +246,23 @@ def adversarial_check(
     derived = ranges is None
     ranges = dict(ranges) if ranges is not None else input_ranges(graph, problem.dtype, seed)
     worst: dict[str, ClassFigure] = {}
-    cases = [(cls, target, inputs) for cls, target, _, inputs in all_cases(graph, ranges, problem.dtype, seed)]
-    if derived:
-        cases += _finite_edge_cases(graph, ranges, problem.dtype, seed)
-    runs: list[tuple[str, str | None, dict[str, np.ndarray], Any, Graph, LoweredProblem]] = [
-        (cls, target, inputs, fn, graph, problem) for cls, target, inputs in cases
-    ]
+
+    def measure(cls: str, label: str, inputs: dict[str, np.ndarray], kernel: Any, g: Graph, p: LoweredProblem) -> None:
+        with np.errstate(all="ignore"):  # overflows are what some classes are for; they are measured, not warned
+            expected = evaluate(g, inputs)
+            spec_err = max_rel_error(evaluate_in(g, inputs, p.dtype), expected)
+            err = max_rel_error(_run(kernel, p, g, inputs), expected)
+        allowed = max(tolerance(p.dtype), ACCURACY_FACTOR * spec_err)
+        figure = ClassFigure(cls, err, spec_err, allowed, label)
+        prev = worst.get(cls)
+        if prev is None or err / max(allowed, 1e-30) > prev.kernel_error / max(prev.allowed, 1e-30):
+            worst[cls] = figure
+
+    for cls, target, _, inputs in all_cases(graph, ranges, problem.dtype, seed):
+        label = cls if target is None else f"{cls}({'all inputs' if target == ALL else target})"
+        measure(cls, label, inputs, fn, graph, problem)
+    for name, inputs in finite_edge_cases(graph, ranges, problem.dtype, seed) if derived else ():
+        measure(FINITE_EDGE, f"{FINITE_EDGE}({name})", inputs, fn, graph, problem)
     if full_dims != dims:
         # The classes run at reduced sizes, where a tiled loop may run once (attention at S=1024 is checked
         # at S=128: one key chunk, so the online softmax never rescales). One case more at sizes cut to
@@ -259,54 +270,12 @@ def adversarial_check(
         # per row on every input, so that a row's maximum often lies past its first tile.
         joint = joint_ranges(full_graph, ranges, "dominant", full.dtype, seed)
         inputs = class_inputs(full_graph, joint, "dominant", ALL, full.dtype, seed)
-        runs.append(
-            (
-                "dominant",
-                f"all inputs, at {_dims_text(full_dims)}",
-                inputs,
-                _kernel(full, point, kernel_dir),
-                full_graph,
-                full,
-            )
-        )
-    for cls, target, inputs, kernel, g, p in runs:
-        with np.errstate(all="ignore"):  # overflows are what some classes are for; they are measured, not warned
-            expected = evaluate(g, inputs)
-            spec_err = max_rel_error(evaluate_in(g, inputs, p.dtype), expected)
-            err = max_rel_error(_run(kernel, p, g, inputs), expected)
-        allowed = max(tolerance(problem.dtype), ACCURACY_FACTOR * spec_err)
-        label = cls if target is None else f"{cls}({'all inputs' if target == '*' else target})"
-        figure = ClassFigure(cls, err, spec_err, allowed, label)
-        prev = worst.get(cls)
-        if prev is None or err / max(allowed, 1e-30) > prev.kernel_error / max(prev.allowed, 1e-30):
-            worst[cls] = figure
+        label = f"dominant(all inputs, at {' '.join(f'{k}={v}' for k, v in full_dims.items())})"
+        measure("dominant", label, inputs, _kernel(full, point, kernel_dir), full_graph, full)
     return AdversarialReport(dims, problem.dtype, ranges, tuple(worst.values()))
 
 
-FINITE_EDGE = "finite-edge"
-
-
-def _finite_edge_cases(
-    graph: Graph, ranges: dict[str, tuple[float, float]], dtype: str, seed: int
-) -> list[tuple[str, str | None, dict[str, np.ndarray]]]:
-    """The "limit" class again, one input at a time, at the edge of where the spec as written stays
-    finite (`finite_ranges`) where that is wider than its accurate range: the kernel must stay finite
-    and about as close as the spec there. A temperature softmax is accurate in float32 to |x| ~ 16 and
-    finite far beyond; an exp without the max shift returned NaN on every row of +-100 logits."""
-    finite = finite_ranges(graph, dtype, seed)
-    return [
-        (FINITE_EDGE, name, class_inputs(graph, {**ranges, name: finite[name]}, "limit", name, dtype, seed))
-        for name in graph.input_names
-        if abs(_far(finite[name])) > abs(_far(ranges[name]))
-    ]
-
-
-def _dims_text(dims: dict[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in dims.items())
-
-
-def _far(r: tuple[float, float]) -> float:
-    return r[1] if abs(r[1]) >= abs(r[0]) else r[0]
+FINITE_EDGE = "finite-edge"  # the class of `finite_edge_cases`: an input where the spec is barely finite
 
 
 def _cast(x: np.ndarray, dtype: str) -> np.ndarray:

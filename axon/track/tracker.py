@@ -168,6 +168,7 @@ class Tracker:
         self, tracking_uri: str, artifact_root: str | None = None, experiment: str = DEFAULT_EXPERIMENT
     ) -> None:
         self.tracking_uri = tracking_uri
+        self._orphans_closed = False
         _reachable(tracking_uri)
         try:
             # The first client of a fresh SQLite store creates its tables (MlflowClient() already
@@ -250,7 +251,11 @@ class Tracker:
     def close_orphans(self) -> int:
         """End as KILLED the runs still RUNNING whose process, on this host, is gone (kill -9, a crash,
         a lost machine's power): MLflow would list them as running for ever. Their end time is their
-        last metric's. Runs of other hosts (fleet workers) are left to those hosts. Returns how many."""
+        last metric's. Runs of other hosts (fleet workers) are left to those hosts. Returns how many.
+        Once per tracker, so that a sweep's child runs do not each search the store again."""
+        if self._orphans_closed:
+            return 0
+        self._orphans_closed = True
         host = socket.gethostname().replace("'", "")
         found = self.client.search_runs(
             [self.experiment_id],

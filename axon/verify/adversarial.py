@@ -256,6 +256,21 @@ def finite_ranges(graph: Graph, dtype: str, seed: int = 0) -> dict[str, Range]:
     return input_ranges(graph, dtype, seed, bar=0.5)
 
 
+def finite_edge_cases(
+    graph: Graph, ranges: Mapping[str, Range], dtype: str, seed: int = 0
+) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """(input, inputs): the "limit" class, one input at a time, at the edge of its `finite_ranges`
+    range, for each input whose finite range is wider than its range in `ranges`. A kernel must stay
+    finite there, and about as close as the spec as written: a temperature softmax is accurate in
+    float32 to |x| ~ 16 and finite far beyond, where an exp without the max shift returns NaN."""
+    finite = finite_ranges(graph, dtype, seed)
+    return [
+        (name, class_inputs(graph, {**ranges, name: finite[name]}, "limit", name, dtype, seed))
+        for name in graph.input_names
+        if abs(_far_end(finite[name])) > abs(_far_end(ranges[name]))
+    ]
+
+
 def joint_ranges(graph: Graph, ranges: Mapping[str, Range], cls: str, dtype: str, seed: int = 0) -> dict[str, Range]:
     """The ranges class `cls` draws from when it pushes every input at once (`ALL`).
 
