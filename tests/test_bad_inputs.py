@@ -517,11 +517,33 @@ def test_rerunning_a_study_whose_every_trial_failed_says_so(tmp_path):
     refused(*args, cwd=tmp_path, fragments=("already has 2 trials and every one failed", "pad it", "--study NAME"))
 
 
-def test_rerunning_a_study_measured_before_an_upgrade_says_so(tmp_path, monkeypatch):
-    # the same command after an upgrade that changed the simulator said "no trial ran (the study ...
-    # already has --trials 2 trials, or --seconds ended first): raise --trials", as if --trials were low
+def test_rerunning_a_study_after_an_upgrade_measures_again(tmp_path, monkeypatch):
+    # the same command after an upgrade that changed the simulator refused ("already has 2 trials,
+    # none of them a kernel this version emits"): the old trials filled the budget. Now they do not
+    # count, the best of them is measured again by the new code and the rest of the budget explores.
     args = ("tune", "softmax", "--preset", "small", "--trials", "2", "--no-track", "--quiet", "--cpus", "1")
     args += ("--workdir", str(tmp_path / "w"))
     assert axon_in_process(*args).returncode == 0
     monkeypatch.setattr("axon.measure.backend.timing_version", lambda: "another simulator")
-    refused(*args, fragments=("already has 2 trials, none of them a kernel this version", "--trials above 2"))
+    result = axon_in_process(*args)
+    assert result.returncode == 0, result.stderr
+    assert "after 2 measured / 0 reused" in result.stdout, result.stdout
+    assert "2 earlier points not counted, measured before an upgrade" in result.stdout
+    assert "the best 1 measured again" in result.stdout
+    # and a third run of the same command, nothing changed, has nothing left to do
+    again = axon_in_process(*args)
+    assert again.returncode == 0 and "after 0 measured" in again.stdout and "resumed: " in again.stdout
+
+
+def test_rerunning_a_study_whose_records_were_deleted_measures_again(tmp_path):
+    # records.db deleted (or lost) while the Optuna journal stayed: its trials have no kernel behind
+    # them, so they must not fill the budget of the next run
+    args = ("tune", "rmsnorm", "--preset", "small", "--trials", "2", "--no-track", "--quiet", "--cpus", "1")
+    args += ("--workdir", str(tmp_path / "w"))
+    assert axon_in_process(*args).returncode == 0
+    dbs = list((tmp_path / "w").rglob("records.db"))
+    assert len(dbs) == 1
+    dbs[0].unlink()
+    result = axon_in_process(*args)
+    assert result.returncode == 0, result.stderr
+    assert "earlier points not counted" in result.stdout and "after 2 measured" in result.stdout

@@ -38,6 +38,7 @@ class TuneReport:
     variant_id: str = ""  # the chosen variant's hash, as `axon variants` lists it
     turned_down: tuple[str, ...] = ()  # faster measured kernels that failed the checks, fastest first, and why
     resumed: int = 0  # trials an earlier run of the same study had finished (this run went on from them)
+    outdated: tuple[int, int] = (0, 0)  # points the study measured before an upgrade; of them measured again
 
     def summary(self) -> str:
         def us(ns: float | None) -> str:
@@ -48,7 +49,13 @@ class TuneReport:
             f"{self.workload} {self.shapes} {self.dtype} on {self.hw} ({self.backend}): best {us(best)} "
             f"after {self.measured} measured / {self.reused} reused / {self.failed} failed trials "
             f"in {self.elapsed_s:.1f} s"
-            + (f" (resumed: {self.resumed} trials done by an earlier run)" if self.resumed else ""),
+            + (f" (resumed: {self.resumed} trials done by an earlier run)" if self.resumed else "")
+            + (
+                f" ({self.outdated[0]} earlier points not counted, measured before an upgrade or their records "
+                f"lost; the best {self.outdated[1]} measured again)"
+                if self.outdated[0]
+                else ""
+            ),
             f"  kernel: {self.kernel_path}",
             f"  variant: {' + '.join(self.moves) or 'as written'}; {self.best_description}"
             + (f" [id {self.variant_id[:8]}]" if self.variant_id else ""),

@@ -92,7 +92,9 @@ class TuneResult:
     reused: int
     failed: int
     sampler_settings: dict[str, Any] = field(default_factory=dict)
-    resumed: int = 0  # trials the study had finished before this run
+    resumed: int = 0  # trials the study had finished before this run (that count against the budget)
+    outdated: int = 0  # points it had measured that the current code emits or times otherwise (an upgrade)
+    remeasured: int = 0  # of those, the best ones measured again by this run
 
 
 def new_record(problem: Problem, backend: str, **kw: Any) -> Record:
@@ -292,13 +294,19 @@ class Tuner:
             raise StoreError(_corrupt_storage(self.storage, exc)) from None
         dists = self.problem.distributions()
         logs: list[TrialLog] = []
+        counted, outdated = self._split_finished(finished)
         best = min(
-            (float(t.value) for t in finished if t.state == TrialState.COMPLETE and t.value is not None), default=None
+            (float(t.value) for t in counted if t.state == TrialState.COMPLETE and t.value is not None), default=None
         )
-        done = resumed = len(finished)
+        done = resumed = len(counted)
         if done:
             for callback in self.callbacks:
                 callback.on_resume(done, best)
+        # after an upgrade the best points measured before it are measured again first (up to half
+        # the trials left), the sampler explores with the rest
+        again = outdated[: max(1, (cfg.trials - done) // 2)] if done < cfg.trials else []
+        for point in again:
+            study.enqueue_trial(point)
         default = getattr(self.problem, "default_point", None)
         pinned = cfg.start_at_default and not study.get_trials() and default is not None
         if pinned and default is not None:
@@ -329,7 +337,24 @@ class Tuner:
             counts["infeasible"] + counts["error"],
             settings,
             resumed,
+            len(outdated),
+            len(again),
         )
+
+    def _split_finished(self, finished: list[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+        """A resumed study's finished trials that count against the trial budget (failed ones, and
+        measured ones whose kernel the current code emits and times the same way), and the points of
+        the others (measured before an upgrade, or whose record is gone), best first, once each."""
+        counted: list[Any] = []
+        outdated: dict[str, tuple[float, dict[str, Any]]] = {}
+        for t in finished:
+            key = point_key(dict(t.params))
+            record = self._by_point.get(key)
+            if t.state != TrialState.COMPLETE or (record is not None and self.current(record)):
+                counted.append(t)
+            elif key not in outdated or float(t.value) < outdated[key][0]:
+                outdated[key] = (float(t.value), dict(t.params))
+        return counted, [p for _, p in sorted(outdated.values(), key=lambda v: v[0])]
 
 
 def _corrupt_storage(storage: Any, exc: Exception) -> str:

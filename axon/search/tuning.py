@@ -82,9 +82,9 @@ def failure_summary(logs: Sequence[TrialLog], failed: int) -> str:
     return f"{failed} failed ({common}{more}): first: {reasons[0].splitlines()[0] if reasons[0] else '?'}"
 
 
-def _nothing_ran(storage: Any, study_name: str, trials: int) -> str:
-    """Why a run measured nothing: its study already had `trials` trials (every one failed, or some
-    measured kernel the current code no longer emits), or `--seconds` ended first."""
+def _nothing_ran(storage: Any, study_name: str) -> str:
+    """Why a run measured nothing: its study already had the run's trials and every one failed, or
+    `--seconds` ended first. (Trials measured before an upgrade do not count: the run measures again.)"""
     earlier = optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False)
     failed = [t for t in earlier if t.state == optuna.trial.TrialState.FAIL]
     if earlier and len(failed) == len(earlier):
@@ -93,12 +93,6 @@ def _nothing_ran(storage: Any, study_name: str, trials: int) -> str:
             f"the study {study_name} already has {len(earlier)} trials and every one failed (first: "
             f"{first.splitlines()[0][:200]}): --trials above {len(earlier)} tries more points, "
             "--study NAME starts afresh"
-        )
-    if len(earlier) >= trials:  # measured, but not by this code: nothing of it is current (an upgrade)
-        return (
-            f"the study {study_name} already has {len(earlier)} trials, none of them a kernel this version "
-            f"of Axon emits and times the same way (measured before an upgrade): --trials above "
-            f"{len(earlier)} measures more points, --study NAME starts afresh"
         )
     return (
         f"no trial ran (--seconds ended before the first, the study {study_name} has {len(earlier)}): raise --seconds"
@@ -258,7 +252,7 @@ def _tune(
             ) from None
         if result.best is None:
             if not result.trials:
-                raise AxonError(f"{w.name}: {_nothing_ran(storage, result.study_name, r.trials)}")
+                raise AxonError(f"{w.name}: {_nothing_ran(storage, result.study_name)}")
             raise AxonError(
                 f"{w.name}: no trial produced a valid measurement: {failure_summary(result.trials, result.failed)}"
             )
@@ -309,6 +303,7 @@ def _tune(
                 variant.hash,
                 turned_down,
                 result.resumed,
+                (result.outdated, result.remeasured),
             )
             if run is not None and timeline is not None:
                 booster = model.booster if model.is_trained else None
