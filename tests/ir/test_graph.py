@@ -177,6 +177,13 @@ def test_max_rel_error_never_takes_a_nan_for_a_small_error():
     assert max_rel_error({"out": np.array([1.0, np.inf, 4.0])}, ref) == float("inf")
     assert max_rel_error({"out": np.zeros(4)}, ref) == float("inf")  # another size
     assert max_rel_error({}, ref) == float("inf")
+    # where the float64 reference is infinite (x / 0) the kernel must give the same infinity; where
+    # it is NaN (0 / 0) any value is accepted
+    ref = {"out": np.array([1.0, np.inf, -np.inf, np.nan])}
+    assert max_rel_error({"out": np.array([1.0, np.inf, -np.inf, 7.0])}, ref) == 0.0
+    assert max_rel_error({"out": np.array([1.0, 0.0, -np.inf, 7.0])}, ref) == float("inf")
+    assert max_rel_error({"out": np.array([1.0, np.inf, np.inf, 7.0])}, ref) == float("inf")
+    assert max_rel_error({"out": np.array([1.0, np.nan, -np.inf, 7.0])}, ref) == float("inf")
 
 
 def test_reference_case_leaves_no_output_undefined():
