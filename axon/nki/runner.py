@@ -308,10 +308,16 @@ def run(kernel: Any, *arrays: Any, hw: str | HardwareSpec = DEFAULT_HW, **kwargs
     >>> axon.nki.run(double, np.ones((4, 8), np.float32))[0, :3]
     array([2., 2., 2.], dtype=float32)
     """
+    _, _, outs = _executed(kernel, arrays, kwargs, hw)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _executed(kernel: Any, arrays: Any, kwargs: Any, hw: str | HardwareSpec) -> tuple[Any, Any, tuple[Any, ...]]:
+    """`kernel` executed on `arrays`: its machine, its output views and a copy of each output."""
     with _small_blas():
         machine, result = _execute(kernel, arrays, kwargs, hw, execute=True)
-    outs = tuple(v.alloc.data[v.np_index()].copy() for v in _outputs(machine, result))  # type: ignore[index]
-    return outs[0] if len(outs) == 1 else outs
+    views = _outputs(machine, result)
+    return machine, views, tuple(v.alloc.data[v.np_index()].copy() for v in views)  # type: ignore[index]
 
 
 def run_with_unwritten(
@@ -319,20 +325,14 @@ def run_with_unwritten(
 ) -> tuple[tuple[Any, ...], tuple[int, ...]]:
     """`run`, with its outputs always as a tuple, and per output how many of its elements the kernel
     never wrote (on a device those hold whatever HBM held before; here NaN or 0)."""
-    with _small_blas():
-        machine, result = _execute(kernel, arrays, kwargs, hw, execute=True)
-    views = _outputs(machine, result)
-    outs = tuple(v.alloc.data[v.np_index()].copy() for v in views)  # type: ignore[index]
-    unwritten = tuple(int((~v.alloc.written[v.np_index()]).sum()) for v in views)  # type: ignore[index]
+    _, views, outs = _executed(kernel, arrays, kwargs, hw)
+    unwritten = tuple(int((~v.alloc.written[v.np_index()]).sum()) for v in views)
     return outs, unwritten
 
 
 def run_with_trace(kernel: Any, *arrays: Any, hw: str | HardwareSpec = DEFAULT_HW, **kwargs: Any) -> tuple[Any, Trace]:
     """`run`, also returning the trace of the executed instructions."""
-    with _small_blas():
-        machine, result = _execute(kernel, arrays, kwargs, hw, execute=True)
-    views = _outputs(machine, result)
-    outs = tuple(v.alloc.data[v.np_index()].copy() for v in views)  # type: ignore[index]
+    machine, views, outs = _executed(kernel, arrays, kwargs, hw)
     return (outs[0] if len(outs) == 1 else outs), machine.to_trace(tuple(v.alloc.id for v in views))
 
 
