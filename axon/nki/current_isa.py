@@ -9,7 +9,7 @@ from typing import Any
 
 from axon.errors import NKIError
 from axon.nki import instructions as I
-from axon.nki.context import active, get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
+from axon.nki.context import active, get_nc_version, kernel_site, nc_version  # noqa: F401  (issue 24: emulator side)
 from axon.nki.instructions import (
     activation,
     activation_reduce,
@@ -21,7 +21,6 @@ from axon.nki.instructions import (
     memset,
     nc_matmul,
     nc_matmul_mx,
-    nc_transpose,
     quantize_mx,
     reciprocal,
     reduce_cmd,
@@ -102,6 +101,20 @@ def dma_transpose(
     if axes is not None and tuple(axes) != (1, 0):
         raise active().fail("dma_transpose axes", f"axes={tuple(axes)} (3-D/4-D DMA transposes) are not emulated")
     return I.dma_transpose(dst, src, isa=True)
+
+
+def nc_transpose(dst: Any, data: Any, engine: Any = None, name: Any = None, **kw: Any) -> Any:
+    """`nisa.nc_transpose(dst, data, engine=...)`: "The output dst tile must have the same data type
+    as that of data" (page nki.isa.nc_transpose of the current API, Data types; the paragraph names
+    no engine, so TensorE and VectorE alike): no cast on the way, unlike the legacy API's `dtype=`
+    (neuronxcc.nki.isa.nc_transpose, 2.26) or nl.transpose's."""
+    if dst is not None and data is not None and dst.dtype != data.dtype:
+        raise active().fail(
+            "nc_transpose dst dtype",
+            f"nc_transpose writes dst in data's dtype: data is {data.dtype.name}, dst is {dst.dtype.name}",
+            kernel_site(),
+        )
+    return I.nc_transpose(dst, data, engine=engine, name=name, **kw)
 
 
 def iota(dst: Any, pattern: Any, offset: int = 0, channel_multiplier: int = 0, name: Any = None) -> Any:

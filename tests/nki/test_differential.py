@@ -240,17 +240,19 @@ def test_nc_transpose(P, Fs, dtype, engine, api, seed):
     if api == "current":
         import nki.isa as nisa
 
-        out_dtype = "float32" if engine == "tensor" else dtype
+        # the current API's dst has data's dtype (nki.isa.nc_transpose, Data types)
         (got,) = run_current(
             lambda t, o: nisa.nc_transpose(dst=o[0], data=t[0], engine=engine),
             [x],
-            [((Fs, P), out_dtype, "psum" if engine == "tensor" else "sbuf")],
+            [((Fs, P), dtype, "psum" if engine == "tensor" else "sbuf")],
         )
+        out_dtype = dtype
     else:
         import neuronxcc.nki.isa as nisa
 
         (got,) = run_legacy(lambda t: [nisa.nc_transpose(t[0], engine=engine)], [x])
-    F.assert_matches(got, F.transpose(_f64(x)), dtype if engine == "vector" else "float32", what="nc_transpose")
+        out_dtype = dtype if engine == "vector" else "float32"
+    F.assert_matches(got, F.transpose(_f64(x)), out_dtype, what="nc_transpose")
 
 
 @SETTINGS

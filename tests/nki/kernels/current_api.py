@@ -166,7 +166,8 @@ def attention(q, k, v):
             nisa.scalar_tensor_tensor(
                 dst=l_run[:qq], data=l_run[:qq], op0=nl.multiply, operand0=alpha[:qq], op1=nl.add, operand1=rowsum[:qq]
             )
-            pt_ps = nl.ndarray((TK, TQ), dtype=nl.float32, buffer=nl.psum)
+            # nki.isa.nc_transpose: dst has data's dtype (a bf16 p is transposed into a bf16 PSUM tile)
+            pt_ps = nl.ndarray((TK, TQ), dtype=p.dtype, buffer=nl.psum)
             nisa.nc_transpose(dst=pt_ps[:kk, :qq], data=p[:qq, :kk])
             pt = nl.ndarray((TK, TQ), dtype=q.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=pt[:kk, :qq], src=pt_ps[:kk, :qq])
