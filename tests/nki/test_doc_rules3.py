@@ -128,14 +128,17 @@ def test_legacy_nc_transpose_casts_to_dtype():
     np.testing.assert_array_equal(axon.nki.run(k, x), np.full((8, 4), 1.0078125, np.float32))
 
 
-def _transpose_into(buffer, n, engine):
+def _transpose_into(buffer, n, engine, dst_dtype=None):
+    """A current-API kernel: `a` transposed by nc_transpose into a `buffer` tile (of `dst_dtype`, else
+    a's dtype) on `engine` (None: the default), copied out in a's dtype."""
+
     def k(a):
         import nki.isa as nisa
         import nki.language as nl
 
         t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=t, src=a)
-        p = nl.ndarray(a.shape[::-1], a.dtype, buffer=getattr(nl, buffer))
+        p = nl.ndarray(a.shape[::-1], getattr(nl, dst_dtype) if dst_dtype else a.dtype, buffer=getattr(nl, buffer))
         nisa.nc_transpose(dst=p, data=t, **({} if engine is None else {"engine": getattr(nisa, engine)}))
         s = nl.ndarray(a.shape[::-1], a.dtype, buffer=nl.sbuf)
         nisa.tensor_copy(dst=s, src=p)

@@ -9,6 +9,7 @@ import pytest
 
 import axon.nki
 from axon.errors import NKIError
+from tests.nki.test_doc_rules3 import _transpose_into as transpose_into
 
 BF16 = ml_dtypes.bfloat16
 
@@ -18,21 +19,7 @@ def _bf16(shape, seed=0):
 
 
 def _transpose_into(dst_dtype, buffer="psum", engine=None):
-    def k(a):
-        import nki.isa as nisa
-        import nki.language as nl
-
-        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a)
-        p = nl.ndarray(a.shape[::-1], getattr(nl, dst_dtype), buffer=getattr(nl, buffer))
-        nisa.nc_transpose(dst=p, data=t, **({} if engine is None else {"engine": getattr(nisa, engine)}))
-        s = nl.ndarray(a.shape[::-1], nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=s, src=p)
-        out = nl.ndarray(a.shape[::-1], nl.float32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=s)
-        return out
-
-    return k
+    return transpose_into(buffer, None, engine, dst_dtype)
 
 
 @pytest.mark.parametrize("engine", [None, "tensor_engine"], ids=["default", "tensor_engine"])
