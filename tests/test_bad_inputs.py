@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import sqlite3
+from pathlib import Path
 
 import pytest
 
+from axon.errors import storage_failure
 from tests.conftest import axon_in_process, refused
 
 BAD_SPECS = """import numpy as np
@@ -525,3 +530,100 @@ def test_rerunning_a_study_measured_before_an_upgrade_says_so(tmp_path, monkeypa
     assert axon_in_process(*args).returncode == 0
     monkeypatch.setattr("axon.measure.backend.timing_version", lambda: "another simulator")
     refused(*args, fragments=("already has 2 trials, none of them a kernel this version", "--trials above 2"))
+
+
+# A spec file is Python run on import and a spec function is run to be traced: neither may hang the
+# command or end it with its own exit code (both did: `while True: pass` at the top level hung `axon
+# show` with no word, and `sys.exit(3)` ended it with exit 3 and nothing said).
+@pytest.mark.parametrize(
+    "body, fragments",
+    [
+        ("while True:\n    pass\n", ("did not finish importing in 0.5 s", "endless_loop.py")),
+        ("import sys\nsys.exit(3)\n", ("called sys.exit(3) while imported", "endless_loop.py")),
+    ],
+)
+def test_a_spec_file_that_never_imports_or_exits_is_one_line(tmp_path, monkeypatch, body, fragments):
+    monkeypatch.setattr("axon.workloads.IMPORT_SECONDS", 0.5)
+    (tmp_path / "endless_loop.py").write_text("import axon.spec as ax\n" + body)
+    refused("show", f"{tmp_path / 'endless_loop.py'}:f", "--shape", "M=4,N=8", fragments=fragments)
+
+
+@pytest.mark.parametrize(
+    "loop, fragments",
+    [
+        ("x = x + 1.0", ("more than 2,000 ops traced in spec f", "endless.py:6")),  # nodes without bound
+        ("y = x + 1.0", ("spec f did not return in 0.5 s while traced", "endless.py:", "endless loop")),  # one node
+    ],
+)
+def test_a_spec_that_loops_forever_while_traced_is_one_line(tmp_path, monkeypatch, loop, fragments):
+    tracing = importlib.import_module("axon.ir.trace")  # the module: `axon.ir.trace` is also its function
+    monkeypatch.setattr(tracing, "MAX_TRACED_NODES", 2000)
+    monkeypatch.setattr(tracing, "TRACE_SECONDS", 0.5)
+    spec = f"import axon.spec as ax\n\n@ax.spec(x='M N')\ndef f(x):\n    while True:\n        {loop}\n"
+    (tmp_path / "endless.py").write_text(spec)
+    refused("show", f"{tmp_path / 'endless.py'}:f", "--shape", "M=4,N=8", fragments=fragments)
+
+
+def test_a_read_only_workdir_is_refused_before_tuning(tmp_path, monkeypatch):
+    # an existing workdir on a read-only mount was Optuna's traceback opening optuna.log (a fresh
+    # one under it was already "cannot be created"); tests run as root, who may write a 0o555
+    # directory, so the mount's answer to access(2) is given here
+    workdir = tmp_path / "ro"
+    workdir.mkdir()
+    workdir.chmod(0o555)
+    real_access = os.access
+    monkeypatch.setattr("axon.workdir.os.access", lambda p, mode: False if Path(p) == workdir else real_access(p, mode))
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(workdir))
+    refused(*args, fragments=(f"workdir {workdir} is not writable", "--workdir"))
+
+
+def test_a_full_disk_while_tuning_is_one_line(tmp_path, monkeypatch):
+    # the disk filling up mid-tune (on a 1.2 MB tmpfs: MLflow's metrics insert) was a traceback of
+    # 90 lines, exit 1; here the kernel's file is written to /dev/full, a real ENOSPC
+    real_write_text = Path.write_text
+
+    def full(path, data, *args, **kwargs):
+        if path.parent.name != "kernels":
+            return real_write_text(path, data, *args, **kwargs)
+        with open("/dev/full", "w") as f:
+            return f.write(data)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--quiet", "--cpus", "1")
+    result = axon_in_process(*args, "--workdir", str(tmp_path / "w"))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("axon: error: No space left on device"), result.stderr
+    assert "the same command resumes" in lines[0]
+
+
+def test_sqlites_full_disk_is_found_under_the_exceptions_that_wrap_it(tmp_path):
+    # MLflow raises SQLite's "database or disk is full" inside SQLAlchemy's and its own exceptions
+    db = sqlite3.connect(tmp_path / "tiny.db")
+    db.execute("PRAGMA max_page_count = 2")
+    db.execute("CREATE TABLE t (v BLOB)")
+    try:
+        try:
+            db.execute("INSERT INTO t VALUES (?)", (b"x" * 100_000,))
+        except sqlite3.OperationalError as exc:
+            raise RuntimeError("(raised as a result of Query-invoked autoflush)") from exc
+    except RuntimeError as wrapped:
+        line = storage_failure(wrapped)
+    assert line is not None and "database or disk is full" in line and "resumes" in line
+    assert storage_failure(RuntimeError("database or disk")) is None
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+@pytest.mark.parametrize(
+    "body, fragments",
+    [
+        ("while True:\n    pass\n", ("loop.py: kernel file did not finish importing in 0.5 s",)),
+        ("import sys\nsys.exit(4)\n", ("loop.py: kernel file called sys.exit(4) while imported",)),
+    ],
+)
+def test_a_kernel_file_that_never_imports_or_exits_is_one_line(tmp_path, monkeypatch, command, body, fragments):
+    # as a spec file's: the loop hung `axon nki run` with no word, sys.exit(4) ended it with exit 4
+    monkeypatch.setattr(importlib.import_module("axon.cli.nki"), "IMPORT_SECONDS", 0.5)  # `axon.cli.nki`: the group
+    (tmp_path / "loop.py").write_text("import nki\n" + body)
+    args = ("--input", "a=float32[128,128]", *(("--out", str(tmp_path)) if command == "profile" else ()))
+    refused("nki", command, f"{tmp_path / 'loop.py'}:k", *args, fragments=fragments)
