@@ -54,7 +54,8 @@ def storage_failure(exc: BaseException) -> str | None:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno in _FULL_OR_READ_ONLY:
             where = f": {current.filename}" if current.filename else ""
-            return f"{current.strerror}{where} (free some space, or pass another --workdir; the same command resumes)"
+            room = "write elsewhere" if current.errno == errno.EROFS else "free some space"
+            return f"{current.strerror}{where} ({room}, or pass another --workdir; the same command resumes)"
         if "database or disk is full" in str(current):
             return (
                 "a database of the workdir could not be written: database or disk is full "

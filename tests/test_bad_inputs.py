@@ -627,3 +627,14 @@ def test_a_kernel_file_that_never_imports_or_exits_is_one_line(tmp_path, monkeyp
     (tmp_path / "loop.py").write_text("import nki\n" + body)
     args = ("--input", "a=float32[128,128]", *(("--out", str(tmp_path)) if command == "profile" else ()))
     refused("nki", command, f"{tmp_path / 'loop.py'}:k", *args, fragments=fragments)
+
+
+def test_out_in_a_directory_that_is_not_writable_is_refused_before_tuning(tmp_path, monkeypatch):
+    # on a read-only mount the kernel's write failed after the whole tune; as root (the tests) a 0o555
+    # directory is writable, so the mount's answer to access(2) is given here
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr("axon.search.guards.os.access", lambda p, m: Path(p) != folder and real_access(p, m))
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"))
+    refused(*args, "--out", str(folder / "k.py"), fragments=(f"--out {folder / 'k.py'} is not writable",))

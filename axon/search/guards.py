@@ -136,6 +136,9 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
         raise StoreError(f"--out {out} is a directory: give a file path, e.g. {path / (name + '.py')}")
     if not path.parent.is_dir():
         raise StoreError(f"--out {out}: directory {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or path.exists() and not os.access(path, os.W_OK):
+        # a read-only mount: found when the kernel was written, after the whole tune
+        raise StoreError(f"--out {out} is not writable: give a path in a directory you can write")
     return path
 
 
