@@ -638,3 +638,27 @@ def test_out_in_a_directory_that_is_not_writable_is_refused_before_tuning(tmp_pa
     monkeypatch.setattr("axon.search.guards.os.access", lambda p, m: Path(p) != folder and real_access(p, m))
     args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"))
     refused(*args, "--out", str(folder / "k.py"), fragments=(f"--out {folder / 'k.py'} is not writable",))
+
+
+@pytest.mark.parametrize("name", ["nl", "nki", "nisa"])
+def test_an_input_named_like_a_kernel_module_is_refused(tmp_path, name):
+    # as an output of that name was: the kernel's parameter `nl` hid nki.language, and every trial failed
+    # in the emulator ("kernel f raised AttributeError: 'View' ...")
+    path = tmp_path / "ins.py"
+    path.write_text(f'import axon.spec as ax\n\n@ax.spec({name}="M N")\ndef f({name}):\n    return {name} * 2\n')
+    refused("show", f"{path}:f", "--shape", "M=128,N=128", fragments=(f"input name {name!r} must not be",))
+
+
+def test_an_input_named_like_a_kernel_variable_is_refused_by_the_lowering(tmp_path):
+    # inputs `x_sb` and `ones_float32` were shadowed by the kernel's own tiles of those names (a
+    # `TypeError: 'LoopVar' object is not subscriptable` for one named `i_r`): every trial failed
+    # with a message about the kernel's code, not the spec's names
+    path = tmp_path / "names.py"
+    path.write_text(
+        'import axon.spec as ax\n\n@ax.spec(x_sb="M N", ones_float32="N")\n'
+        "def clash(x_sb, ones_float32):\n    return x_sb * ones_float32\n"
+    )
+    args = ("tune", f"{path}:clash", "--shape", "M=256,N=512", "--trials", "2", "--no-track", "--quiet", "--cpus", "1")
+    result = axon_in_process(*args, "--workdir", str(tmp_path / "w"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "input or output 'ones_float32' has the name of one of the kernel's own variables" in result.stderr

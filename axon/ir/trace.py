@@ -48,6 +48,11 @@ def trace(
     args = []
     ranges = dict(sig.ranges)
     for arg, shape in sig.inputs:
+        if arg in _KERNEL_MODULES:  # the kernel's parameter would hide the module: every kernel failed in the emulator
+            raise SpecError(
+                f"spec {fn.__name__}: input name {arg!r} must not be {', '.join(sorted(_KERNEL_MODULES))} "
+                "(it names a parameter of the kernel, which imports those modules)"
+            )
         ttype = TensorType(shape, (dtypes or {}).get(arg, dtype))
         args.append(Tensor(builder, builder.input(arg, ttype, value_range=ranges.get(arg))))
     try:
