@@ -39,15 +39,17 @@ class StoreError(AxonError):
 _FULL_OR_READ_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
-def storage_failure(exc: BaseException) -> str | None:
+def storage_failure(exc: BaseException, resumable: bool = True) -> str | None:
     """One line for a write that failed because the disk is full or read-only, found anywhere in
     `exc`'s chain (an OSError, or SQLite's "database or disk is full" under SQLAlchemy or MLflow),
-    else None: the CLI prints it as a user's problem (exit 2) instead of a traceback.
+    else None: the CLI prints it as a user's problem (exit 2) instead of a traceback. `resumable`: the
+    command keeps its work in a workdir (tune, sweep), so the line says the same command resumes.
 
     >>> storage_failure(RuntimeError("x"))
     >>> storage_failure(OSError(errno.ENOSPC, "No space left on device", "/w/records.db"))
     'No space left on device: /w/records.db (free some space, or pass another --workdir; the same command resumes)'
     """
+    then = ", or pass another --workdir; the same command resumes" if resumable else ""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -55,11 +57,8 @@ def storage_failure(exc: BaseException) -> str | None:
         if isinstance(current, OSError) and current.errno in _FULL_OR_READ_ONLY:
             where = f": {current.filename}" if current.filename else ""
             room = "write elsewhere" if current.errno == errno.EROFS else "free some space"
-            return f"{current.strerror}{where} ({room}, or pass another --workdir; the same command resumes)"
+            return f"{current.strerror}{where} ({room}{then})"
         if "database or disk is full" in str(current):
-            return (
-                "a database of the workdir could not be written: database or disk is full "
-                "(free some space, or pass another --workdir; the same command resumes)"
-            )
+            return f"a database of the workdir could not be written: database or disk is full (free some space{then})"
         current = current.__cause__ or current.__context__
     return None

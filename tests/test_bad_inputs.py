@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
@@ -662,3 +663,18 @@ def test_an_input_named_like_a_kernel_variable_is_refused_by_the_lowering(tmp_pa
     result = axon_in_process(*args, "--workdir", str(tmp_path / "w"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "input or output 'ones_float32' has the name of one of the kernel's own variables" in result.stderr
+
+
+def test_profile_out_that_is_not_writable_is_refused_before_profiling(tmp_path, monkeypatch):
+    # a read-only --out was an OSError traceback after the profile had run and printed
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: not (Path(p) == tmp_path and m & os.W_OK) and real_access(p, m))
+    kernel = "examples/kernels/l2norm.py:l2_normalize"
+    args = ("nki", "profile", kernel, "--input", "a=float32[128,512]", "--out", str(tmp_path))
+    refused(*args, fragments=(f"--out {tmp_path} is not writable",))
+
+
+def test_a_full_disk_line_promises_a_resume_only_where_there_is_one():
+    full = OSError(errno.ENOSPC, "No space left on device", "/d/x.png")
+    assert "the same command resumes" in storage_failure(full, resumable=True)
+    assert storage_failure(full, resumable=False) == "No space left on device: /d/x.png (free some space)"

@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("axon: interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # a full or read-only disk is the machine's, not a bug: one line, not a traceback
-        line = storage_failure(exc)
+        first = (sys.argv[1:] if argv is None else argv)[:1]
+        line = storage_failure(exc, resumable=first in (["tune"], ["sweep"], ["worker"]))
         if line is None:
             raise
         click.echo(f"axon: error: {line}", err=True)

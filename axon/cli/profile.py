@@ -6,6 +6,7 @@ attaches this command. Heavy imports happen inside the command.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -61,6 +62,8 @@ def profile(
     out = Path(out_dir)
     if not out.is_dir() and not out.parent.is_dir():
         raise NKIError(f"--out {out_dir}: directory {out.parent} does not exist")
+    if not os.access(out if out.is_dir() else out.parent, os.W_OK | os.X_OK):  # was found after the profile ran
+        raise NKIError(f"--out {out_dir} is not writable: give a directory you can write")
     spec = load_hw(hw)
     specs = [parse_input_spec(text) for text in inputs]
     kwargs = kernel_args(args)

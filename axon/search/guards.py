@@ -89,7 +89,16 @@ def estimate(graph: Graph) -> Estimate:
 
 
 def _gib(n: float) -> str:
-    return f"{n / GiB:,.1f} GiB"
+    """Bytes in GiB, or in MiB, KiB or bytes below a tenth of the larger unit (a hardware file's 1000-byte
+    HBM and a problem's 1 MiB were both "0.0 GiB", so one was said to be over the other).
+
+    >>> _gib(11 * GiB), _gib(1_048_576), _gib(1000), _gib(50)
+    ('11.0 GiB', '1.0 MiB', '1.0 KiB', '50 bytes')
+    """
+    for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size / 10:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} bytes"
 
 
 def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
