@@ -678,3 +678,19 @@ def test_a_full_disk_line_promises_a_resume_only_where_there_is_one():
     full = OSError(errno.ENOSPC, "No space left on device", "/d/x.png")
     assert "the same command resumes" in storage_failure(full, resumable=True)
     assert storage_failure(full, resumable=False) == "No space left on device: /d/x.png (free some space)"
+
+
+@pytest.mark.parametrize("shape", ["M 0", "M N-256"])
+def test_an_axis_of_size_zero_is_refused(tmp_path, shape):
+    # x="M 0" (or N-256 at N=256) was a NumPy "cannot reshape array of size 0" traceback when tuned
+    (tmp_path / "z.py").write_text(f'import axon.spec as ax\n\n@ax.spec(x="{shape}")\ndef z(x):\n    return x * 2\n')
+    args = ("tune", f"{tmp_path / 'z.py'}:z", "--shape", "M=128,N=256" if "N" in shape else "M=128", "--trials", "1")
+    refused(
+        *args, "--no-track", "--workdir", str(tmp_path / "w"), fragments=("input x has shape [128, 0]", "at least 1")
+    )
+
+
+def test_a_shape_that_does_not_parse_names_the_file_the_spec_and_the_input(tmp_path):
+    # it said only "cannot parse dimension '-4': ...", for every spec of the file, naming none of them
+    (tmp_path / "d.py").write_text('import axon.spec as ax\n\n@ax.spec(x="M -4")\ndef neg(x):\n    return x * 2\n')
+    refused("show", f"{tmp_path / 'd.py'}:neg", fragments=("d.py", "spec neg: input x ('M -4')", "'-4'"))

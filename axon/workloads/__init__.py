@@ -250,8 +250,8 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     try:
         with time_limit(IMPORT_SECONDS):
             loader_spec.loader.exec_module(module)
-    except SpecError:
-        raise
+    except SpecError as exc:  # an @ax.spec declaration: which file it is in
+        raise SpecError(f"spec file {path!r}: {exc}") from None
     except TimeUp:  # a loop at the file's top level: a hang without a word before
         raise SpecError(
             f"spec file {path!r} did not finish importing in {IMPORT_SECONDS:g} s (an endless loop at its top level?)"
