@@ -6,6 +6,8 @@ line). The CLI turns any `AxonError` into one line on stderr and exit code 2; an
 
 from __future__ import annotations
 
+import errno
+
 
 class AxonError(Exception):
     """Base of every error that is the user's to fix (bad input, impossible request)."""
@@ -31,3 +33,32 @@ class BackendError(AxonError):
 
 class StoreError(AxonError):
     """A record database or tracking store cannot be used (corrupt, locked, wrong schema)."""
+
+
+# what the machine did, not the code: a full disk, a quota, a read-only file system
+_FULL_OR_READ_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def storage_failure(exc: BaseException, resumable: bool = True) -> str | None:
+    """One line for a write that failed because the disk is full or read-only, found anywhere in
+    `exc`'s chain (an OSError, or SQLite's "database or disk is full" under SQLAlchemy or MLflow),
+    else None: the CLI prints it as a user's problem (exit 2) instead of a traceback. `resumable`: the
+    command keeps its work in a workdir (tune, sweep), so the line says the same command resumes.
+
+    >>> storage_failure(RuntimeError("x"))
+    >>> storage_failure(OSError(errno.ENOSPC, "No space left on device", "/w/records.db"))
+    'No space left on device: /w/records.db (free some space, or pass another --workdir; the same command resumes)'
+    """
+    then = ", or pass another --workdir; the same command resumes" if resumable else ""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL_OR_READ_ONLY:
+            where = f": {current.filename}" if current.filename else ""
+            room = "write elsewhere" if current.errno == errno.EROFS else "free some space"
+            return f"{current.strerror}{where} ({room}{then})"
+        if "database or disk is full" in str(current):
+            return f"a database of the workdir could not be written: database or disk is full (free some space{then})"
+        current = current.__cause__ or current.__context__
+    return None

@@ -16,8 +16,9 @@ def mlflow() -> ModuleType:
     import mlflow  # lazy: a 2 s import, paid only by runs that track
 
     # a new store's schema migration is logged at INFO by MLflow's own handler: not for the terminal
-    for noisy in ("mlflow.store.db.utils", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    # nor a SQLite error (a full disk) it logs with its traceback before raising it again: the CLI says it once
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     return mlflow
 
 

@@ -53,6 +53,8 @@ class Workdir:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"workdir {root} cannot be created: {exc.strerror or exc}") from None
+        if not os.access(root, os.W_OK | os.X_OK):  # a read-only mount, another user's directory
+            raise StoreError(f"workdir {root} is not writable: pass another --workdir")
         for sub in SUBDIRS:  # created when first written, after the tuning: a file there was a traceback then
             if (root / sub).exists() and not (root / sub).is_dir():
                 raise StoreError(f"workdir {root}: {sub} is a file, not a directory: move it or pass another --workdir")

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import importlib
 import json
+import os
+import sqlite3
+from pathlib import Path
 
 import pytest
 
+from axon.errors import storage_failure
 from tests.conftest import axon_in_process, refused
 
 BAD_SPECS = """import numpy as np
@@ -547,3 +553,168 @@ def test_rerunning_a_study_whose_records_were_deleted_measures_again(tmp_path):
     result = axon_in_process(*args)
     assert result.returncode == 0, result.stderr
     assert "earlier points not counted" in result.stdout and "after 2 measured" in result.stdout
+
+    refused(*args, fragments=("already has 2 trials, none of them a kernel this version", "--trials above 2"))
+
+
+# A spec file is Python run on import and a spec function is run to be traced: neither may hang the
+# command or end it with its own exit code (both did: `while True: pass` at the top level hung `axon
+# show` with no word, and `sys.exit(3)` ended it with exit 3 and nothing said).
+@pytest.mark.parametrize(
+    "body, fragments",
+    [
+        ("while True:\n    pass\n", ("did not finish importing in 0.5 s", "endless_loop.py")),
+        ("import sys\nsys.exit(3)\n", ("called sys.exit(3) while imported", "endless_loop.py")),
+    ],
+)
+def test_a_spec_file_that_never_imports_or_exits_is_one_line(tmp_path, monkeypatch, body, fragments):
+    monkeypatch.setattr("axon.workloads.IMPORT_SECONDS", 0.5)
+    (tmp_path / "endless_loop.py").write_text("import axon.spec as ax\n" + body)
+    refused("show", f"{tmp_path / 'endless_loop.py'}:f", "--shape", "M=4,N=8", fragments=fragments)
+
+
+@pytest.mark.parametrize(
+    "loop, fragments",
+    [
+        ("x = x + 1.0", ("more than 2,000 ops traced in spec f", "endless.py:6")),  # nodes without bound
+        ("y = x + 1.0", ("spec f did not return in 0.5 s while traced", "endless.py:", "endless loop")),  # one node
+    ],
+)
+def test_a_spec_that_loops_forever_while_traced_is_one_line(tmp_path, monkeypatch, loop, fragments):
+    tracing = importlib.import_module("axon.ir.trace")  # the module: `axon.ir.trace` is also its function
+    monkeypatch.setattr(tracing, "MAX_TRACED_NODES", 2000)
+    monkeypatch.setattr(tracing, "TRACE_SECONDS", 0.5)
+    spec = f"import axon.spec as ax\n\n@ax.spec(x='M N')\ndef f(x):\n    while True:\n        {loop}\n"
+    (tmp_path / "endless.py").write_text(spec)
+    refused("show", f"{tmp_path / 'endless.py'}:f", "--shape", "M=4,N=8", fragments=fragments)
+
+
+def test_a_read_only_workdir_is_refused_before_tuning(tmp_path, monkeypatch):
+    # an existing workdir on a read-only mount was Optuna's traceback opening optuna.log (a fresh
+    # one under it was already "cannot be created"); tests run as root, who may write a 0o555
+    # directory, so the mount's answer to access(2) is given here
+    workdir = tmp_path / "ro"
+    workdir.mkdir()
+    workdir.chmod(0o555)
+    real_access = os.access
+    monkeypatch.setattr("axon.workdir.os.access", lambda p, mode: False if Path(p) == workdir else real_access(p, mode))
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(workdir))
+    refused(*args, fragments=(f"workdir {workdir} is not writable", "--workdir"))
+
+
+def test_a_full_disk_while_tuning_is_one_line(tmp_path, monkeypatch):
+    # the disk filling up mid-tune (on a 1.2 MB tmpfs: MLflow's metrics insert) was a traceback of
+    # 90 lines, exit 1; here the kernel's file is written to /dev/full, a real ENOSPC
+    real_write_text = Path.write_text
+
+    def full(path, data, *args, **kwargs):
+        if path.parent.name != "kernels":
+            return real_write_text(path, data, *args, **kwargs)
+        with open("/dev/full", "w") as f:
+            return f.write(data)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--quiet", "--cpus", "1")
+    result = axon_in_process(*args, "--workdir", str(tmp_path / "w"))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("axon: error: No space left on device"), result.stderr
+    assert "the same command resumes" in lines[0]
+
+
+def test_sqlites_full_disk_is_found_under_the_exceptions_that_wrap_it(tmp_path):
+    # MLflow raises SQLite's "database or disk is full" inside SQLAlchemy's and its own exceptions
+    db = sqlite3.connect(tmp_path / "tiny.db")
+    db.execute("PRAGMA max_page_count = 2")
+    db.execute("CREATE TABLE t (v BLOB)")
+    try:
+        try:
+            db.execute("INSERT INTO t VALUES (?)", (b"x" * 100_000,))
+        except sqlite3.OperationalError as exc:
+            raise RuntimeError("(raised as a result of Query-invoked autoflush)") from exc
+    except RuntimeError as wrapped:
+        line = storage_failure(wrapped)
+    assert line is not None and "database or disk is full" in line and "resumes" in line
+    assert storage_failure(RuntimeError("database or disk")) is None
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+@pytest.mark.parametrize(
+    "body, fragments",
+    [
+        ("while True:\n    pass\n", ("loop.py: kernel file did not finish importing in 0.5 s",)),
+        ("import sys\nsys.exit(4)\n", ("loop.py: kernel file called sys.exit(4) while imported",)),
+    ],
+)
+def test_a_kernel_file_that_never_imports_or_exits_is_one_line(tmp_path, monkeypatch, command, body, fragments):
+    # as a spec file's: the loop hung `axon nki run` with no word, sys.exit(4) ended it with exit 4
+    monkeypatch.setattr(importlib.import_module("axon.cli.nki"), "IMPORT_SECONDS", 0.5)  # `axon.cli.nki`: the group
+    (tmp_path / "loop.py").write_text("import nki\n" + body)
+    args = ("--input", "a=float32[128,128]", *(("--out", str(tmp_path)) if command == "profile" else ()))
+    refused("nki", command, f"{tmp_path / 'loop.py'}:k", *args, fragments=fragments)
+
+
+def test_out_in_a_directory_that_is_not_writable_is_refused_before_tuning(tmp_path, monkeypatch):
+    # on a read-only mount the kernel's write failed after the whole tune; as root (the tests) a 0o555
+    # directory is writable, so the mount's answer to access(2) is given here
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr("axon.search.guards.os.access", lambda p, m: Path(p) != folder and real_access(p, m))
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"))
+    refused(*args, "--out", str(folder / "k.py"), fragments=(f"--out {folder / 'k.py'} is not writable",))
+
+
+@pytest.mark.parametrize("name", ["nl", "nki", "nisa"])
+def test_an_input_named_like_a_kernel_module_is_refused(tmp_path, name):
+    # as an output of that name was: the kernel's parameter `nl` hid nki.language, and every trial failed
+    # in the emulator ("kernel f raised AttributeError: 'View' ...")
+    path = tmp_path / "ins.py"
+    path.write_text(f'import axon.spec as ax\n\n@ax.spec({name}="M N")\ndef f({name}):\n    return {name} * 2\n')
+    refused("show", f"{path}:f", "--shape", "M=128,N=128", fragments=(f"input name {name!r} must not be",))
+
+
+def test_an_input_named_like_a_kernel_variable_is_refused_by_the_lowering(tmp_path):
+    # inputs `x_sb` and `ones_float32` were shadowed by the kernel's own tiles of those names (a
+    # `TypeError: 'LoopVar' object is not subscriptable` for one named `i_r`): every trial failed
+    # with a message about the kernel's code, not the spec's names
+    path = tmp_path / "names.py"
+    path.write_text(
+        'import axon.spec as ax\n\n@ax.spec(x_sb="M N", ones_float32="N")\n'
+        "def clash(x_sb, ones_float32):\n    return x_sb * ones_float32\n"
+    )
+    args = ("tune", f"{path}:clash", "--shape", "M=256,N=512", "--trials", "2", "--no-track", "--quiet", "--cpus", "1")
+    result = axon_in_process(*args, "--workdir", str(tmp_path / "w"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "input or output 'ones_float32' has the name of one of the kernel's own variables" in result.stderr
+
+
+def test_profile_out_that_is_not_writable_is_refused_before_profiling(tmp_path, monkeypatch):
+    # a read-only --out was an OSError traceback after the profile had run and printed
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: not (Path(p) == tmp_path and m & os.W_OK) and real_access(p, m))
+    kernel = "examples/kernels/l2norm.py:l2_normalize"
+    args = ("nki", "profile", kernel, "--input", "a=float32[128,512]", "--out", str(tmp_path))
+    refused(*args, fragments=(f"--out {tmp_path} is not writable",))
+
+
+def test_a_full_disk_line_promises_a_resume_only_where_there_is_one():
+    full = OSError(errno.ENOSPC, "No space left on device", "/d/x.png")
+    assert "the same command resumes" in storage_failure(full, resumable=True)
+    assert storage_failure(full, resumable=False) == "No space left on device: /d/x.png (free some space)"
+
+
+@pytest.mark.parametrize("shape", ["M 0", "M N-256"])
+def test_an_axis_of_size_zero_is_refused(tmp_path, shape):
+    # x="M 0" (or N-256 at N=256) was a NumPy "cannot reshape array of size 0" traceback when tuned
+    (tmp_path / "z.py").write_text(f'import axon.spec as ax\n\n@ax.spec(x="{shape}")\ndef z(x):\n    return x * 2\n')
+    args = ("tune", f"{tmp_path / 'z.py'}:z", "--shape", "M=128,N=256" if "N" in shape else "M=128", "--trials", "1")
+    refused(
+        *args, "--no-track", "--workdir", str(tmp_path / "w"), fragments=("input x has shape [128, 0]", "at least 1")
+    )
+
+
+def test_a_shape_that_does_not_parse_names_the_file_the_spec_and_the_input(tmp_path):
+    # it said only "cannot parse dimension '-4': ...", for every spec of the file, naming none of them
+    (tmp_path / "d.py").write_text('import axon.spec as ax\n\n@ax.spec(x="M -4")\ndef neg(x):\n    return x * 2\n')
+    refused("show", f"{tmp_path / 'd.py'}:neg", fragments=("d.py", "spec neg: input x ('M -4')", "'-4'"))

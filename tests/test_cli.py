@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from tests.conftest import axon_in_process, run_axon
+from tests.conftest import REPO, axon_in_process, run_axon
 
 
 def _one_line_error(result, *fragments: str) -> None:
@@ -86,3 +90,17 @@ def test_hardware_file_errors_name_field_and_file(tmp_path):
 )
 def test_usage_errors_are_one_line_naming_the_command(args, fragment):
     _one_line_error(axon_in_process(*args), "axon " + args[0], fragment)
+
+
+def test_python_dash_m_axon_runs_the_command(tmp_path):
+    # `python -m axon` said "No module named axon.__main__; 'axon' is a package and cannot be directly executed"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-m", "axon", "show", "nosuch"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stderr.startswith("axon: error: unknown workload 'nosuch'"), result.stderr

@@ -374,3 +374,11 @@ def test_a_resumed_tunes_progress_counts_the_trials_done_before(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     states = re.findall(r"\| (\d+)/3 \[", again.stderr)
     assert states and states[-1] == "3" and "1" not in states, states
+
+
+def test_small_sizes_in_a_refusal_are_not_rounded_to_zero(tmp_path):
+    # a hardware file with 1000 bytes of HBM refused a 1.3 MiB problem saying "needs 0.0 GiB ..., trn1 has 0.0 GiB"
+    hw = (REPO / "configs/hw/trn1.yaml").read_text().replace("hbm_bytes: 17179869184", "hbm_bytes: 1000")
+    (tmp_path / "tiny.yaml").write_text(hw)
+    args = ("tune", "rmsnorm_matmul", "--preset", "small", "--trials", "1", "--hw", str(tmp_path / "tiny.yaml"))
+    refused(*args, "--workdir", str(tmp_path / "w"), fragments=("needs 1.3 MiB of HBM", "trn1 has 1.0 KiB"))

@@ -22,7 +22,7 @@ from axon.cli.profile import profile
 from axon.cli.track import runs, ui
 from axon.cli.tune import sweep, tune
 from axon.cli.variants import variants
-from axon.errors import AxonError
+from axon.errors import AxonError, storage_failure
 from axon.ir import evaluate, flops, min_bytes, random_inputs
 from axon.search.guards import check_evaluate
 from axon.target import DEFAULT_HW, load_hw
@@ -137,3 +137,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("axon: interrupted", err=True)
         sys.exit(130)
+    except Exception as exc:  # a full or read-only disk is the machine's, not a bug: one line, not a traceback
+        first = (sys.argv[1:] if argv is None else argv)[:1]
+        line = storage_failure(exc, resumable=first in (["tune"], ["sweep"], ["worker"]))
+        if line is None:
+            raise
+        click.echo(f"axon: error: {line}", err=True)
+        sys.exit(2)

@@ -6,14 +6,23 @@ attaches this command. Heavy imports happen inside the command.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 import numpy as np
 
-from axon.cli.nki import ARG_HELP, bind, check_input_memory, kernel_args, parse_input_spec, random_array
+from axon.cli.nki import (
+    ARG_HELP,
+    bind,
+    check_input_memory,
+    kernel_args,
+    load_user_kernel,
+    parse_input_spec,
+    random_array,
+)
 from axon.errors import NKIError
-from axon.nki import load_kernel, run_with_trace
+from axon.nki import run_with_trace
 from axon.sim import simulate
 from axon.target import DEFAULT_HW, load_hw
 
@@ -53,11 +62,13 @@ def profile(
     out = Path(out_dir)
     if not out.is_dir() and not out.parent.is_dir():
         raise NKIError(f"--out {out_dir}: directory {out.parent} does not exist")
+    if not os.access(out if out.is_dir() else out.parent, os.W_OK | os.X_OK):  # was found after the profile ran
+        raise NKIError(f"--out {out_dir} is not writable: give a directory you can write")
     spec = load_hw(hw)
     specs = [parse_input_spec(text) for text in inputs]
     kwargs = kernel_args(args)
     check_input_memory(specs)
-    fn = load_kernel(kernel)
+    fn = load_user_kernel(kernel)
     rng = np.random.default_rng(seed)
     call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
     with np.errstate(all="ignore"):  # the values do not matter here, only the instructions executed

@@ -140,9 +140,12 @@ def infer_type(
 class GraphBuilder:
     """Appends nodes with shape inference; identical nodes (same op, attrs, inputs) are shared."""
 
-    def __init__(self, name: str, dims: Mapping[str, int] | None = None) -> None:
+    def __init__(self, name: str, dims: Mapping[str, int] | None = None, max_nodes: int | None = None) -> None:
         self.name = name
         self.dims = dict(dims or {})
+        self.max_nodes = (
+            max_nodes  # a bound for a traced spec: an endless loop of ops is refused, not run out of memory
+        )
         self.nodes: list[Node] = []
         self._index: dict[tuple, int] = {}
 
@@ -157,6 +160,8 @@ class GraphBuilder:
         key = (op, tuple(inputs), tuple(sorted(attrs.items())), ttype)
         if op != "input" and key in self._index:
             return self._index[key]
+        if self.max_nodes is not None and len(self.nodes) >= self.max_nodes:
+            raise _fail(op, where, f"more than {self.max_nodes:,} ops traced in spec {self.name} (an endless loop?)")
         node = Node(len(self.nodes), op, tuple(inputs), tuple(sorted(attrs.items())), ttype, where)
         self.nodes.append(node)
         self._index[key] = node.id

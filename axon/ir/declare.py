@@ -86,12 +86,20 @@ def spec(**shapes: str | TensorDecl) -> Callable[[Callable[..., Any]], Callable[
         if unknown:
             raise SpecError(f"spec {fn.__name__}: declared input {unknown[0]!r} is not a parameter")
         decls = {p: d if isinstance(d, TensorDecl) else TensorDecl(d) for p, d in shapes.items()}
-        ordered = tuple((p, parse_shape(decls[p].shape)) for p in params if p in decls)
+        ordered = tuple((p, _shape(fn.__name__, p, decls[p].shape)) for p in params if p in decls)
         ranges = tuple((p, r) for p in params if p in decls for r in [decls[p].range] if r is not None)
         fn.__axon_spec__ = SpecSignature(ordered, ranges)  # type: ignore[attr-defined]
         return fn
 
     return wrap
+
+
+def _shape(spec_name: str, arg: str, text: str) -> tuple[Dim, ...]:
+    """`parse_shape(text)`; a SpecError names the spec and the argument (it named only the dimension)."""
+    try:
+        return parse_shape(text)
+    except SpecError as exc:
+        raise SpecError(f"spec {spec_name}: input {arg} ({text!r}): {exc}") from None
 
 
 def signature_of(fn: Callable[..., Any]) -> SpecSignature:

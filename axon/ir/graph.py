@@ -155,6 +155,19 @@ class Graph:
                 + f"; bind with --shape {missing[0]}=..."
             )
         self.memo(("slices",), self._check_slices)
+        self.memo(("extents",), self._check_extents)
+
+    def _check_extents(self) -> None:
+        """SpecError for a value with an axis of size 0 or less at these sizes (`x="M 0"`, `N-256` at
+        N=256: an empty array was a NumPy ValueError's traceback in the reference)."""
+        for n in self.nodes:
+            shape = self.concrete_shape(n.id)
+            if any(d < 1 for d in shape):
+                what = f"input {n.attr('name')}" if n.op == "input" else f"%{n.id} ({n.op})"
+                raise SpecError(
+                    f"graph {self.name}: {what} has shape {list(shape)} under {dict(self.bindings)}: "
+                    "every dimension must be at least 1"
+                )
 
     def _check_slices(self) -> None:
         """SpecError for a slice outside its axis at these sizes (x[:, :1000] with N=256 was traced as

@@ -15,9 +15,14 @@ from axon.errors import SpecError
 from axon.ir.builder import GraphBuilder
 from axon.ir.frontend import OPS, Tensor, signature_of
 from axon.ir.graph import Graph, TensorType
+from axon.timelimit import TimeUp, time_limit
 
 # the modules an emitted kernel imports: an output of that name would shadow them
 _KERNEL_MODULES = frozenset({"nki", "nisa", "nl"})
+# bounds on running a spec function once: its ops (each a node) and its seconds; an endless loop in it
+# is refused in one line, not a hang (the nodes of a loop of ops also grow without bound)
+MAX_TRACED_NODES = 100_000
+TRACE_SECONDS = 60.0
 
 
 def trace(
@@ -39,16 +44,26 @@ def trace(
     """
     sig = signature_of(fn)
     _check_unshaped(fn, sig)
-    builder = GraphBuilder(name or fn.__name__, {})
+    builder = GraphBuilder(name or fn.__name__, {}, max_nodes=MAX_TRACED_NODES)
     args = []
     ranges = dict(sig.ranges)
     for arg, shape in sig.inputs:
+        if arg in _KERNEL_MODULES:  # the kernel's parameter would hide the module: every kernel failed in the emulator
+            raise SpecError(
+                f"spec {fn.__name__}: input name {arg!r} must not be {', '.join(sorted(_KERNEL_MODULES))} "
+                "(it names a parameter of the kernel, which imports those modules)"
+            )
         ttype = TensorType(shape, (dtypes or {}).get(arg, dtype))
         args.append(Tensor(builder, builder.input(arg, ttype, value_range=ranges.get(arg))))
     try:
-        result = fn(*args)
+        with time_limit(TRACE_SECONDS):
+            result = fn(*args)
     except SpecError:
         raise
+    except TimeUp as exc:
+        raise SpecError(
+            f"spec {fn.__name__} did not return in {TRACE_SECONDS:g} s while traced{_where(fn, exc)} (an endless loop?)"
+        ) from None
     except AttributeError as exc:
         _unknown_op(fn, exc)
         _raised(fn, exc)
@@ -98,14 +113,18 @@ def _check_unshaped(fn: Callable[..., Any], sig: Any) -> None:
 def _raised(fn: Callable[..., Any], exc: Exception) -> NoReturn:
     """A spec that raised while traced (a Python comparison or `float()` of a traced tensor, a name
     error): a SpecError naming the exception and the spec's last line it passed through."""
+    raise SpecError(
+        f"spec {getattr(fn, '__name__', fn)} failed while traced{_where(fn, exc)}: {type(exc).__name__}: {exc} "
+        "(traced tensors take the ops of axon.spec, not Python comparisons, conversions or branches)"
+    ) from None
+
+
+def _where(fn: Callable[..., Any], exc: BaseException) -> str:
+    """` (at file.py:LINE)`: the spec's last line `exc` passed through (else the last line it did)."""
     code = getattr(fn, "__code__", None)
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if code is not None and f.filename == code.co_filename] or frames[-1:]
-    where = f" (at {os.path.basename(mine[-1].filename)}:{mine[-1].lineno})" if mine else ""
-    raise SpecError(
-        f"spec {getattr(fn, '__name__', fn)} failed while traced{where}: {type(exc).__name__}: {exc} "
-        "(traced tensors take the ops of axon.spec, not Python comparisons, conversions or branches)"
-    ) from None
+    return f" (at {os.path.basename(mine[-1].filename)}:{mine[-1].lineno})" if mine else ""
 
 
 def _unknown_op(fn: Callable[..., Any], exc: AttributeError) -> None:

@@ -83,6 +83,19 @@ def lower(variant: Any, point: Any, hw: Any) -> TileProgram:
     >>> prog.stats().instructions["dma"] > 0
     True
     """
+    prog = _lower_any(variant, point, hw)
+    # a spec's input or output named like one of the kernel's own variables (`i_r`, `t3`, `x_sb`) is
+    # shadowed by it: every such kernel failed in the emulator with a message about the kernel's code
+    clash = sorted({t.name for t in prog.inputs + prog.outputs} & prog.own_names())
+    if clash:
+        raise LoweringError(
+            f"{prog.name}: the spec's input or output {clash[0]!r} has the name of one of the kernel's own "
+            "variables: rename it in the spec"
+        )
+    return prog
+
+
+def _lower_any(variant: Any, point: Any, hw: Any) -> TileProgram:
     knobs = knobs_of(point)
     if knobs.get("softmax") == "online":
         if knobs["fusion"] == "fused":

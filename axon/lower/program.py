@@ -174,6 +174,21 @@ class TileProgram:
     hw: str = DEFAULT_HW
     output_names: tuple[str, ...] = ()  # the graph's output names, in `outputs` order
 
+    def own_names(self) -> set[str]:
+        """The names the kernel gives its own variables: on-chip tensors, HBM scratch, loop variables."""
+        names = {t.name for t in self.scratch}
+
+        def walk(stmts: tuple[Stmt, ...]) -> None:
+            for s in stmts:
+                if isinstance(s, TileAlloc):
+                    names.add(s.tensor.name)
+                elif isinstance(s, TileLoop):
+                    names.add(s.var)
+                    walk(s.body)
+
+        walk(self.body)
+        return names
+
     def tensors(self) -> dict[str, Tensor]:
         out = {t.name: t for t in self.inputs + self.outputs + self.scratch}
 

@@ -244,6 +244,8 @@ class CostModel:
             booster.load_model(str(path))
         except xgb.core.XGBoostError as exc:
             raise StoreError(f"cost model {path} cannot be read: {str(exc).splitlines()[0]}") from None
+        except UnicodeDecodeError:  # XGBoost's own message quotes the bytes it could not parse
+            raise StoreError(f"cost model {path} cannot be read: not an XGBoost JSON model (not UTF-8 text)") from None
         meta = json.loads(booster.attr("axon_meta") or "{}")
         model = cls(rounds=meta.get("rounds", 80))
         model.params.update(meta.get("params", {}))

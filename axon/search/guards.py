@@ -89,7 +89,16 @@ def estimate(graph: Graph) -> Estimate:
 
 
 def _gib(n: float) -> str:
-    return f"{n / GiB:,.1f} GiB"
+    """Bytes in GiB, or in MiB, KiB or bytes below a tenth of the larger unit (a hardware file's 1000-byte
+    HBM and a problem's 1 MiB were both "0.0 GiB", so one was said to be over the other).
+
+    >>> _gib(11 * GiB), _gib(1_048_576), _gib(1000), _gib(50)
+    ('11.0 GiB', '1.0 MiB', '1.0 KiB', '50 bytes')
+    """
+    for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size / 10:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} bytes"
 
 
 def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
@@ -136,6 +145,9 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
         raise StoreError(f"--out {out} is a directory: give a file path, e.g. {path / (name + '.py')}")
     if not path.parent.is_dir():
         raise StoreError(f"--out {out}: directory {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or path.exists() and not os.access(path, os.W_OK):
+        # a read-only mount: found when the kernel was written, after the whole tune
+        raise StoreError(f"--out {out} is not writable: give a path in a directory you can write")
     return path
 
 

@@ -97,9 +97,11 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if not path.is_file():
         raise SpecError(f"sweep config {file} not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError:
         raise SpecError(f"{file} is not valid YAML") from None
+    except UnicodeDecodeError as exc:  # was a traceback
+        raise SpecError(f"{file} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
     if not isinstance(data, dict):
         raise SpecError(f"{file}: expected a mapping at the top level")
     known = {
@@ -164,16 +166,21 @@ def load_sweep(path: str | Path) -> SweepConfig:
         raise SpecError(f"{file}: field backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     registered = _field(data, "registered_model", str, file, "axon-costmodel-{hw}")
     try:  # formatted once per hw after the last task: a bad template must not wait for the end
-        registered.format(hw=str(hw[0]))
+        model_name = registered.format(hw="trn1")  # the hardware file's name, as sweep.py formats it
     except (KeyError, IndexError, ValueError, AttributeError):
         raise SpecError(
             f"{file}: field registered_model may use only {{hw}} as a placeholder, got {registered!r}"
         ) from None
+    if not model_name.strip() or "/" in model_name or ":" in model_name:  # MLflow's rule, met after every task
+        raise SpecError(f"{file}: field registered_model must be a name without '/' or ':', got {registered!r}")
+    name = _field(data, "name", str, file, path.stem)
+    if name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0"):  # it names the sweep's state file
+        raise SpecError(f"{file}: field name must be a name without '/' or '\\', got {name!r}")
     threshold = float(_field(data, "regression_threshold", (int, float), file, 0.05))
     if not threshold >= 0:  # NaN too: no slowdown would ever be flagged
         raise SpecError(f"{file}: field regression_threshold must be a number >= 0, got {threshold}")
     return SweepConfig(
-        name=str(_field(data, "name", str, file, path.stem)),
+        name=name,
         hw=tuple(hw),
         entries=tuple(entries),
         backend=backend,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from itertools import islice
@@ -138,9 +138,16 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = ()) -> TuneReport
         raise TypeError(
             f"tune() takes a TuneRequest (TuneRequest.make({request!r}, ...)), not {type(request).__name__}"
         )
+    listed = list(callbacks) if isinstance(callbacks, Iterable) and not isinstance(callbacks, Callback) else None
+    if listed is None or not all(isinstance(c, Callback) for c in listed):
+        # a function was an AttributeError ('on_start') after the run had begun, a lone Callback not iterable
+        raise TypeError(
+            "tune() takes a list of axon.search.api.Callback objects as callbacks "
+            f"(a function of the trial: [OnTrial(fn)]), got {callbacks!r}"
+        )
     # the collector walks the setup's heap and each trial's survivors once (`axon.gcpause`)
     with quiet_optuna(), gc_frozen() as settle, ExitStack() as cleanup:
-        return _tune(request, list(callbacks), settle, cleanup)
+        return _tune(request, listed, settle, cleanup)
 
 
 def _tune(

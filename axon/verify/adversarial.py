@@ -194,13 +194,25 @@ def declared_ranges(graph: Graph) -> dict[str, Range]:
 HEADROOM = 2.0**16
 
 
+def headroom(dtype: str) -> float:
+    """`HEADROOM`, or an eighth of `dtype`'s binary exponent range where that is less: float32's and
+    bfloat16's is 2^16, float16's (largest 65,504) 2^2. A fixed 2^16 is more than float16 has, so a
+    float16 spec that computed every input up to its limit was held to [-1, 1], and a variant whose exp
+    overflows above 88.7 (softmax without its max shift) was offered and chosen.
+
+    >>> headroom("float32"), headroom("bfloat16"), headroom("float16")
+    (65536.0, 65536.0, 4.0)
+    """
+    return min(HEADROOM, 2.0 ** round(math.log2(dtype_max(dtype)) / 8))
+
+
 def input_ranges(graph: Graph, dtype: str, seed: int = 0, bar: float | None = None) -> dict[str, Range]:
     """Every input's range: the declared one, or [-R, R] derived from the spec as written.
 
     R is the largest of 16, 256, ... at which the spec as written, in `dtype`, stays within the kernel
     tolerance of float64 (or `bar`) on every range class of that input (the others typical): the spec
     as written is what the user asked for, and where it already breaks no variant is held to more.
-    Where the spec fails outright there (or nowhere below the dtype's limit), R keeps `HEADROOM`
+    Where the spec fails outright there (or nowhere below the dtype's limit), R keeps `headroom(dtype)`
     below it. An input the spec breaks on already at 16 gets [-1, 1].
     """
     bar = tolerance(dtype) if bar is None else bar
@@ -238,7 +250,7 @@ def _derive_ranges(graph: Graph, g: Graph, dtype: str, seed: int, bar: float) ->
                     break
                 best = bound
                 bound *= step
-        r = max(best / HEADROOM, 1.0) if outright else best
+        r = max(best / headroom(dtype), 1.0) if outright else best
         ranges[name] = (-r, r)
     return ranges
 
@@ -297,7 +309,7 @@ def joint_ranges(graph: Graph, ranges: Mapping[str, Range], cls: str, dtype: str
         if all(max(-lo, hi) <= 1.0 for n, (lo, hi) in r.items() if n in derived):
             return r
         if _spec_error(g, class_inputs(g, r, cls, ALL, dtype, seed), dtype) < 0.5:
-            return r if scale == 1.0 else scaled(scale / HEADROOM)
+            return r if scale == 1.0 else scaled(scale / headroom(dtype))
         scale /= _STEP
 
 

@@ -20,6 +20,7 @@ from axon.errors import SpecError
 from axon.ir import Graph, trace
 from axon.ir.frontend import signature_of
 from axon.ir.trace import bind_dims
+from axon.timelimit import TimeUp, time_limit
 from axon.workloads import specs
 
 SINGLE, MULTI = "single", "multi"
@@ -222,6 +223,10 @@ def _presets(table: Any, path: str, fn_name: str) -> Mapping[str, Mapping[str, i
     return presets
 
 
+# how long a spec file may take to import (its top-level code) before it is refused
+IMPORT_SECONDS = 60.0
+
+
 def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     """Load `path.py:function`. Presets come from `PRESETS = {"function": {"default": {...}}}`, if any.
 
@@ -243,9 +248,16 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module
     try:
-        loader_spec.loader.exec_module(module)
-    except SpecError:
-        raise
+        with time_limit(IMPORT_SECONDS):
+            loader_spec.loader.exec_module(module)
+    except SpecError as exc:  # an @ax.spec declaration: which file it is in
+        raise SpecError(f"spec file {path!r}: {exc}") from None
+    except TimeUp:  # a loop at the file's top level: a hang without a word before
+        raise SpecError(
+            f"spec file {path!r} did not finish importing in {IMPORT_SECONDS:g} s (an endless loop at its top level?)"
+        ) from None
+    except SystemExit as exc:  # sys.exit() at the top level ended the command with its code and nothing said
+        raise SpecError(f"spec file {path!r} called sys.exit({exc.code!r}) while imported") from None
     except Exception as exc:  # a user's file failed to import: say where, not a traceback
         raise SpecError(f"spec file {path!r} failed to import: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, fn_name, None)

@@ -129,3 +129,11 @@ def test_boosters_named_after_training_are_the_boosters_trained_on_named_data():
     d = xgb.DMatrix(X, feature_names=model.feature_names)
     assert np.array_equal(model.predict([r.features for r in recs]), reference.predict(d))
     assert len(model.replicas) == 5 and all(b.feature_names == model.feature_names for b in model.replicas)
+
+
+def test_a_cost_model_file_that_is_not_utf8_is_refused(tmp_path):
+    # XGBoost's error about the file quoted its bytes and failed to decode them: UnicodeDecodeError, a traceback
+    path = tmp_path / "model.json"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(StoreError, match="model.json cannot be read"):
+        CostModel.load(path)

@@ -126,3 +126,13 @@ def test_currency_is_what_the_code_emits_and_training_recomputes_features(tmp_pa
         )
     )
     assert all(r.code_version == code_version() for r in training_records(db, problem, "sim", current))
+
+
+@pytest.mark.parametrize("callbacks", [[print], print, Watch(), [Watch(), "progress"]])
+def test_callbacks_that_are_not_callbacks_are_refused_before_the_run(tmp_path, callbacks):
+    # [fn] was AttributeError: 'function' object has no attribute 'on_start' once a run had begun (a
+    # FAILED MLflow run left behind); a lone Callback was "'Watch' object is not iterable"
+    request = TuneRequest.make("rmsnorm", preset="small", trials=1, workdir=tmp_path)
+    with pytest.raises(TypeError, match=r"a list of axon.search.api.Callback objects .*\[OnTrial\(fn\)\]"):
+        tune(request, callbacks)
+    assert not (tmp_path / "mlflow.db").exists()

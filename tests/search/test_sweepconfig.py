@@ -127,3 +127,29 @@ def test_a_worker_with_nothing_to_do_says_so(tmp_path):
         f"axon worker: no unfinished sweep in {tmp_path / 'w' / 'records.db'}: nothing to do "
         "(axon sweep CONFIG starts one)"
     )
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        # MLflow refuses the model's name when the sweep registers it, after the last task: a traceback, exit 1
+        ("entries: [{workload: matmul}]\nregistered_model: 'team/axon-{hw}'\n", "registered_model must be a name"),
+        ("entries: [{workload: matmul}]\nregistered_model: 'a:{hw}'\n", "registered_model must be a name"),
+        ("entries: [{workload: matmul}]\nregistered_model: ' '\n", "registered_model must be a name"),
+        # the name names the state file: ../../x wrote it outside the workdir
+        ("entries: [{workload: matmul}]\nname: ../../etc/x\n", r"field name must be a name without '/'"),
+        ("entries: [{workload: matmul}]\nname: '..'\n", r"field name must be a name without '/'"),
+    ],
+)
+def test_names_that_cannot_be_used_are_refused_at_load(tmp_path, text, message):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        load_sweep(path)
+
+
+@pytest.mark.parametrize("data", [b"\xff\xfe", b"# caf\xe9\nentries: [{workload: matmul}]\n"])
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path, data):
+    # UnicodeDecodeError's traceback, exit 1
+    (tmp_path / "sweep.yaml").write_bytes(data)
+    refused("sweep", str(tmp_path / "sweep.yaml"), "--workdir", str(tmp_path / "w"), fragments=("is not UTF-8 text",))

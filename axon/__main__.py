@@ -1,0 +1,5 @@
+"""`python -m axon`: the `axon` command (as `python -m axon.cli`)."""
+
+from axon.cli import main
+
+main()
