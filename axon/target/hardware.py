@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +182,9 @@ def _build(cls: type[Any], data: Any, where: str, file: str) -> Any:
     return cls(**values)
 
 
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _value(tp: Any, raw: Any, path: str, file: str, name: str) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, raw, path, file)
@@ -193,6 +197,8 @@ def _value(tp: Any, raw: Any, path: str, file: str, name: str) -> Any:
             raise HardwareError(f"{file}: field {path} must be a non-empty string, got {raw!r}")
         return raw
     if tp in (int, float):
+        if isinstance(raw, str) and _EXPONENT.fullmatch(raw.strip()):
+            raw = float(raw)  # YAML 1.1 (PyYAML) reads 16e9 or 1.5e-3, with no dot or exponent sign, as text
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise HardwareError(f"{file}: field {path} must be a number, got {raw!r}")
         if not math.isfinite(raw):  # .nan / .inf: int() of it was a traceback, a NaN bandwidth a 0.0 us roofline

@@ -72,6 +72,20 @@ def test_a_field_that_is_not_a_finite_number_is_refused(tmp_path, group, field, 
         load_hw(path)
 
 
+def test_numbers_in_exponent_notation_are_numbers(tmp_path):
+    # YAML 1.1 reads 16e9 (no dot) and 1.5e3 (no exponent sign) as strings: "must be a number, got '16e9'"
+    text = (CONFIG_DIR / "trn1.yaml").read_text()
+    text = text.replace("hbm_bytes: 17179869184", "hbm_bytes: 16e9").replace("clock_ghz: 1.12", "clock_ghz: 112e-2")
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    hw = load_hw(path)
+    assert hw.memory.hbm_bytes == 16 * 10**9 and isinstance(hw.memory.hbm_bytes, int)
+    assert hw.engines["vector"].clock_ghz == pytest.approx(1.12)
+    path.write_text(text.replace("hbm_bytes: 16e9", "hbm_bytes: 16e9x"))
+    with pytest.raises(HardwareError, match=r"memory\.hbm_bytes must be a number, got '16e9x'"):
+        load_hw(path)
+
+
 def test_wrong_type_and_unknown_field(tmp_path):
     path = _broken(tmp_path, lambda d: d["engines"]["tensor"].__setitem__("clock_ghz", "fast"))
     with pytest.raises(HardwareError, match=r"engines\.tensor\.clock_ghz must be a number"):
