@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import json
 import os
+import random
 import socket
 import sqlite3
 import time
@@ -239,14 +240,27 @@ class RecordDB(_RecordQueries):
     def __init__(self, path: str | Path, timeout_s: float = 10.0) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.executescript(_SCHEMA)
-            self._check_schema()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(self._explain(exc)) from None
+        # Processes opening a new file at once (workers started together) race to switch it to WAL
+        # and create the tables, and SQLite answers the loser "database is locked" at once, without
+        # waiting out the busy timeout (1 in 5 sets of 6 simultaneous opens failed): try again until then.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            conn: sqlite3.Connection | None = None
+            try:
+                conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+                self._conn = conn
+                self._check_schema()
+                return
+            except sqlite3.DatabaseError as exc:
+                if conn is not None:
+                    conn.close()
+                locked = isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+                if not locked or time.monotonic() > deadline:
+                    raise StoreError(self._explain(exc)) from None
+                time.sleep(0.02 + 0.05 * random.random())
 
     def _explain(self, exc: sqlite3.DatabaseError) -> str:
         text = str(exc)
