@@ -78,7 +78,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
                 if r.status == 200:
                     return
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.1)
     raise StoreError(f"the MLflow UI did not answer at {url} within {timeout_s:.0f} s")
 
 

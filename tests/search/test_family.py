@@ -173,7 +173,7 @@ def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(
     deadline, db = time.time() + 120, tmp_path / "records.db"
     try:
         while time.time() < deadline and proc.poll() is None:
-            time.sleep(0.5)
+            time.sleep(0.1)
             if db.exists() and len(RecordDB(db).records()) >= 3:
                 break
         proc.send_signal(signal.SIGINT)
