@@ -22,6 +22,7 @@ from axon.ir import KERNEL_DTYPES
 from axon.measure.neuron import BACKENDS
 from axon.target import DEFAULT_HW
 from axon.workloads import is_spec_ref
+from axon.yamlfile import load_yaml
 
 SAMPLERS = ("costmodel", "tpe", "random")
 
@@ -97,7 +98,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if not path.is_file():
         raise SpecError(f"sweep config {file} not found")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError:
         raise SpecError(f"{file} is not valid YAML") from None
     except UnicodeDecodeError as exc:  # was a traceback

@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any, get_type_hints
 import yaml
 
 from axon.errors import HardwareError
+from axon.yamlfile import load_yaml
 
 # the built-in hardware files: package data (pyproject.toml), so a wheel carries them; the
 # repository's documented `configs/hw/` links here
@@ -182,9 +182,6 @@ def _build(cls: type[Any], data: Any, where: str, file: str) -> Any:
     return cls(**values)
 
 
-_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
 def _value(tp: Any, raw: Any, path: str, file: str, name: str) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, raw, path, file)
@@ -197,8 +194,6 @@ def _value(tp: Any, raw: Any, path: str, file: str, name: str) -> Any:
             raise HardwareError(f"{file}: field {path} must be a non-empty string, got {raw!r}")
         return raw
     if tp in (int, float):
-        if isinstance(raw, str) and _EXPONENT.fullmatch(raw.strip()):
-            raw = float(raw)  # YAML 1.1 (PyYAML) reads 16e9 or 1.5e-3, with no dot or exponent sign, as text
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise HardwareError(f"{file}: field {path} must be a number, got {raw!r}")
         if not math.isfinite(raw):  # .nan / .inf: int() of it was a traceback, a NaN bandwidth a 0.0 us roofline
@@ -252,7 +247,7 @@ def load_hw(name_or_path: str | os.PathLike[str] = DEFAULT_HW) -> HardwareSpec:
 
 def _parse(path: Path, raw_bytes: bytes, digest: str) -> HardwareSpec:
     try:
-        data = yaml.safe_load(raw_bytes)
+        data = load_yaml(raw_bytes)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

@@ -153,3 +153,10 @@ def test_a_config_that_is_not_utf8_is_one_line(tmp_path, data):
     # UnicodeDecodeError's traceback, exit 1
     (tmp_path / "sweep.yaml").write_bytes(data)
     refused("sweep", str(tmp_path / "sweep.yaml"), "--workdir", str(tmp_path / "w"), fragments=("is not UTF-8 text",))
+
+
+def test_a_threshold_in_exponent_notation_is_a_number(tmp_path):
+    # YAML 1.1 read `regression_threshold: 2e-2` as the string '2e-2' ("must be a number")
+    path = tmp_path / "s.yaml"
+    path.write_text("entries: [{workload: matmul}]\nregression_threshold: 2e-2\n")
+    assert load_sweep(path).regression_threshold == 0.02

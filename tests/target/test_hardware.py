@@ -107,8 +107,8 @@ def test_missing_file_lists_builtins(tmp_path):
 def test_a_file_is_parsed_once_per_content(tmp_path, monkeypatch):
     assert load_hw() is load_hw(DEFAULT_HW) is load_hw(DEFAULT_HW)  # the default, parsed once
     parsed = []
-    real = hardware.yaml.safe_load
-    monkeypatch.setattr(hardware.yaml, "safe_load", lambda raw: parsed.append(1) or real(raw))
+    real = hardware.load_yaml
+    monkeypatch.setattr(hardware, "load_yaml", lambda raw: parsed.append(1) or real(raw))
     path = tmp_path / "mine.yaml"
     path.write_text((CONFIG_DIR / "trn1.yaml").read_text())
     first = load_hw(path)
