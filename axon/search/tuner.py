@@ -347,18 +347,10 @@ class Tuner:
         the others (measured before an upgrade, or whose record is gone), best first, once each."""
         counted: list[Any] = []
         outdated: dict[str, tuple[float, dict[str, Any]]] = {}
-        here = code_version()
         for t in finished:
             key = point_key(dict(t.params))
             record = self._by_point.get(key)
-            # written by this very code and simulator: current without lowering it again (a fast
-            # resume); otherwise lowered again to compare (`CurrentCode`)
-            if t.state != TrialState.COMPLETE or (
-                record is not None
-                and (
-                    (record.code_version == here and record.measured_by == self.backend.version) or self.current(record)
-                )
-            ):
+            if t.state != TrialState.COMPLETE or (record is not None and self.current(record)):
                 counted.append(t)
             elif key not in outdated or float(t.value) < outdated[key][0]:
                 outdated[key] = (float(t.value), dict(t.params))
