@@ -1,7 +1,8 @@
 """`axon nki`: run kernel files in the emulator from the command line.
 
-`axon nki run FILE.py:FN --input a=float32[128,512] [--arg pool_size=2]` runs on random inputs
-(tensors and non-tensor parameters bound by name, see `bind`) and prints each
+`axon nki run FILE.py:FN --input a=float32[128,512] [--arg pool_size=2] [--grid 4]` runs on random
+inputs (tensors and non-tensor parameters bound by name, see `bind`; an SPMD kernel on its launch grid,
+see `axon.cli.spmd`), stopped after `RUN_SECONDS`, and prints each
 output's shape and dtype (or the error, one line, exit 2). Other commands attach with
 `nki.add_command(...)` (the simulator adds `profile`); `parse_input_spec` and `kernel_args` are shared
 with them.
@@ -173,7 +174,11 @@ def run_cmd(
     rng = np.random.default_rng(seed)
     call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
     with np.errstate(all="ignore"):  # overflow on random inputs is reported below, once, as non-finite values
-        outs, unwritten = bounded(kernel, lambda: axon.nki.run_with_unwritten(launched, *call, hw=hw, **kwargs))
+        outs, unwritten = bounded(
+            kernel,
+            getattr(fn, "__name__", "kernel"),
+            lambda: axon.nki.run_with_unwritten(launched, *call, hw=hw, **kwargs),
+        )
     for i, (out, missing) in enumerate(zip(outs, unwritten)):
         if missing:  # garbage on a device; here NaN, which is not an overflow
             note = f" ({missing:,} of {out.size:,} elements never written by the kernel)"
@@ -197,9 +202,9 @@ def load_user_kernel(ref: str) -> Any:
         raise NKIError(f"{path}: kernel file called sys.exit({exc.code!r}) while imported") from None
 
 
-def bounded(ref: str, run: Callable[[], T]) -> T:
-    """`run()`, the user's kernel running, stopped after `RUN_SECONDS`: NKIError naming the kernel's
-    line (or that of a file of the user's it calls) where it was stopped."""
+def bounded(ref: str, name: str, run: Callable[[], T]) -> T:
+    """`run()`, the user's kernel `name` (of FILE.py:FN `ref`) running, stopped after `RUN_SECONDS`:
+    NKIError naming the kernel's line (or that of a file of the user's it calls) where it was stopped."""
     try:
         with time_limit(RUN_SECONDS):
             return run()
@@ -207,6 +212,5 @@ def bounded(ref: str, run: Callable[[], T]) -> T:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if users_file(f.filename)]
         where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ref.rpartition(":")[0]
         raise NKIError(
-            f"{where}: kernel {ref.rpartition(':')[2] or ref} did not return in {RUN_SECONDS:g} s, stopped at this "
-            "line (an endless loop?)"
+            f"{where}: kernel {name} did not return in {RUN_SECONDS:g} s, stopped at this line (an endless loop?)"
         ) from None

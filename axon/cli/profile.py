@@ -84,7 +84,9 @@ def profile(
     rng = np.random.default_rng(seed)
     call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
     with np.errstate(all="ignore"):  # the values do not matter here, only the instructions executed
-        _, executed = bounded(kernel, lambda: run_with_trace(launched, *call, hw=spec, **kwargs))
+        _, executed = bounded(
+            kernel, getattr(fn, "__name__", "kernel"), lambda: run_with_trace(launched, *call, hw=spec, **kwargs)
+        )
     timing = simulate(executed, spec)
     click.echo(timing.summary())
     name = kernel.rpartition(":")[2] or "kernel"
