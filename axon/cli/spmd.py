@@ -36,8 +36,9 @@ _LIBRARIES = tuple(
 
 
 def users_file(path: str) -> bool:
-    """`path` is a file of the user's (a kernel file or one it imports), not Axon's or a library's."""
-    return not os.path.abspath(path).startswith(_LIBRARIES)
+    """`path` is a file of the user's (a kernel file or one it imports), not Axon's or a library's,
+    nor code made from a string (`<string>`: a dataclass's generated `__init__`)."""
+    return os.path.isfile(path) and not os.path.abspath(path).startswith(_LIBRARIES)
 
 
 @dataclass(frozen=True)
