@@ -652,6 +652,45 @@ def test_a_kernel_file_that_never_imports_or_exits_is_one_line(tmp_path, monkeyp
     refused("nki", command, f"{tmp_path / 'loop.py'}:k", *args, fragments=fragments)
 
 
+ENDLESS = """import nki
+import nki.language as nl
+
+
+@nki.jit
+def spin(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    while True:
+        pass
+    nl.store(out, value=t)
+    return out
+
+
+@nki.jit
+def reload(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i = 0
+    while i >= 0:
+        t = nl.load(a)
+        i += 1
+    nl.store(out, value=t)
+    return out
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+@pytest.mark.parametrize("kernel, lines", [("spin", (9, 10)), ("reload", (19, 20, 21))])
+def test_a_kernel_that_never_returns_is_stopped_with_its_line(tmp_path, monkeypatch, command, kernel, lines):
+    # an endless loop in the kernel's body hung `axon nki run` and `nki profile` for ever, without a word;
+    # it is stopped at a line of its loop (which one depends on when the time is up)
+    monkeypatch.setattr(importlib.import_module("axon.cli.nki"), "RUN_SECONDS", 0.5)
+    (tmp_path / "endless.py").write_text(ENDLESS)
+    args = ("--input", "a=float32[128,128]", *(("--out", str(tmp_path)) if command == "profile" else ()))
+    fragments = (f"kernel {kernel} did not return in 0.5 s", "an endless loop?")
+    line = refused("nki", command, f"{tmp_path / 'endless.py'}:{kernel}", *args, fragments=fragments)
+    assert any(line.startswith(f"axon: error: endless.py:{n}: ") for n in lines), line
+
+
 def test_out_in_a_directory_that_is_not_writable_is_refused_before_tuning(tmp_path, monkeypatch):
     # on a read-only mount the kernel's write failed after the whole tune; as root (the tests) a 0o555
     # directory is writable, so the mount's answer to access(2) is given here

@@ -1,7 +1,8 @@
 """`axon nki`: run kernel files in the emulator from the command line.
 
-`axon nki run FILE.py:FN --input a=float32[128,512] [--arg pool_size=2]` runs on random inputs
-(tensors and non-tensor parameters bound by name, see `bind`) and prints each
+`axon nki run FILE.py:FN --input a=float32[128,512] [--arg pool_size=2] [--grid 4]` runs on random
+inputs (tensors and non-tensor parameters bound by name, see `bind`; an SPMD kernel on its launch grid,
+see `axon.cli.spmd`), stopped after `RUN_SECONDS`, and prints each
 output's shape and dtype (or the error, one line, exit 2). Other commands attach with
 `nki.add_command(...)` (the simulator adds `profile`); `parse_input_spec` and `kernel_args` are shared
 with them.
@@ -14,17 +15,27 @@ import inspect
 import math
 import os
 import re
-from typing import Any
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 import numpy as np
 
 import axon.nki
+from axon.cli.spmd import GRID_HELP, launch, parse_grid, users_file
 from axon.errors import NKIError
 from axon.nki.dtypes import as_dtype
 from axon.target import DEFAULT_HW
 from axon.timelimit import TimeUp, time_limit
 from axon.workloads import IMPORT_SECONDS
+
+# a kernel's run from the command line stops after this long (an endless loop in its body hung `nki run`
+# and `nki profile` for ever); the longest AWS tutorial and NKIBench kernel runs in under a minute here
+# (NKIBench's matmul M4096 N12288 K5120, 40 s to run, 51 s to profile, on a loaded machine)
+RUN_SECONDS = 900.0
+
+T = TypeVar("T")
 
 _SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([A-Za-z0-9_]+)\s*\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]\s*$")
 
@@ -146,19 +157,28 @@ def nki() -> None:
     "--input", "inputs", multiple=True, help="NAME=DTYPE[D0,D1,...]: a tensor parameter, by name (else in order)."
 )
 @click.option("--arg", "args", multiple=True, help=ARG_HELP)
+@click.option("--grid", "grid_text", metavar="N[,M...]", help=GRID_HELP)
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file name or path.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
-def run_cmd(kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], hw: str, seed: int) -> None:
+def run_cmd(
+    kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], grid_text: str | None, hw: str, seed: int
+) -> None:
     """Run KERNEL (FILE.py:FUNCTION) on random inputs; print output shapes and dtypes."""
 
     specs = [parse_input_spec(s) for s in inputs]
     kwargs = kernel_args(args)
+    grid = parse_grid(grid_text)
     check_input_memory(specs)
     fn = load_user_kernel(kernel)
+    launched = launch(fn, grid, grid_text)
     rng = np.random.default_rng(seed)
     call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
     with np.errstate(all="ignore"):  # overflow on random inputs is reported below, once, as non-finite values
-        outs, unwritten = axon.nki.run_with_unwritten(fn, *call, hw=hw, **kwargs)
+        outs, unwritten = bounded(
+            kernel,
+            getattr(fn, "__name__", "kernel"),
+            lambda: axon.nki.run_with_unwritten(launched, *call, hw=hw, **kwargs),
+        )
     for i, (out, missing) in enumerate(zip(outs, unwritten)):
         if missing:  # garbage on a device; here NaN, which is not an overflow
             note = f" ({missing:,} of {out.size:,} elements never written by the kernel)"
@@ -180,3 +200,17 @@ def load_user_kernel(ref: str) -> Any:
         ) from None
     except SystemExit as exc:
         raise NKIError(f"{path}: kernel file called sys.exit({exc.code!r}) while imported") from None
+
+
+def bounded(ref: str, name: str, run: Callable[[], T]) -> T:
+    """`run()`, the user's kernel `name` (of FILE.py:FN `ref`) running, stopped after `RUN_SECONDS`:
+    NKIError naming the kernel's line (or that of a file of the user's it calls) where it was stopped."""
+    try:
+        with time_limit(RUN_SECONDS):
+            return run()
+    except TimeUp as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if users_file(f.filename)]
+        where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ref.rpartition(":")[0]
+        raise NKIError(
+            f"{where}: kernel {name} did not return in {RUN_SECONDS:g} s, stopped at this line (an endless loop?)"
+        ) from None

@@ -15,12 +15,14 @@ import numpy as np
 from axon.cli.nki import (
     ARG_HELP,
     bind,
+    bounded,
     check_input_memory,
     kernel_args,
     load_user_kernel,
     parse_input_spec,
     random_array,
 )
+from axon.cli.spmd import GRID_HELP, launch, parse_grid
 from axon.errors import NKIError
 from axon.nki import run_with_trace
 from axon.sim import simulate
@@ -33,6 +35,7 @@ from axon.target import DEFAULT_HW, load_hw
     "--input", "inputs", multiple=True, help="NAME=DTYPE[SHAPE], e.g. a=bfloat16[128,512]; once per argument."
 )
 @click.option("--arg", "args", multiple=True, help=ARG_HELP)
+@click.option("--grid", "grid_text", metavar="N[,M...]", help=GRID_HELP)
 @click.option("--hw", default=DEFAULT_HW, show_default=True, help="Hardware file: a built-in name or a YAML path.")
 @click.option(
     "--out",
@@ -51,7 +54,14 @@ from axon.target import DEFAULT_HW, load_hw
     help="Seed of the random inputs it runs on.",
 )
 def profile(
-    kernel: str, inputs: tuple[str, ...], args: tuple[str, ...], hw: str, out_dir: str, no_png: bool, seed: int
+    kernel: str,
+    inputs: tuple[str, ...],
+    args: tuple[str, ...],
+    grid_text: str | None,
+    hw: str,
+    out_dir: str,
+    no_png: bool,
+    seed: int,
 ) -> None:
     """Time KERNEL (FILE.py:FN) on the simulated NeuronCore and write its timeline.
 
@@ -67,12 +77,16 @@ def profile(
     spec = load_hw(hw)
     specs = [parse_input_spec(text) for text in inputs]
     kwargs = kernel_args(args)
+    grid = parse_grid(grid_text)
     check_input_memory(specs)
     fn = load_user_kernel(kernel)
+    launched = launch(fn, grid, grid_text)
     rng = np.random.default_rng(seed)
     call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
     with np.errstate(all="ignore"):  # the values do not matter here, only the instructions executed
-        _, executed = run_with_trace(fn, *call, hw=spec, **kwargs)
+        _, executed = bounded(
+            kernel, getattr(fn, "__name__", "kernel"), lambda: run_with_trace(launched, *call, hw=spec, **kwargs)
+        )
     timing = simulate(executed, spec)
     click.echo(timing.summary())
     name = kernel.rpartition(":")[2] or "kernel"

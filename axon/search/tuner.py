@@ -28,6 +28,7 @@ from axon.search.callbacks import Recorder, Refit
 from axon.search.costmodel import CostModel
 from axon.search.current import CurrentCode
 from axon.search.sampler import CostModelSampler, point_key
+from axon.search.trials import close_trial, interrupted, tell_outcome
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,8 @@ class Tuner:
             own.append(Refit(self.model, db, problem, backend.name, self.current))
         self.callbacks = [*own, *callbacks]
         self._by_point: dict[str, Record] = {}
+        self.next_number = 0  # one past the last trial this run asked (an MLflow step after every trial's)
+        self.cut_short: TrialLog | None = None  # the trial an exception ended before its callbacks all ran
 
     @property
     def task(self) -> str:
@@ -224,38 +227,49 @@ class Tuner:
         return self.current.ranked(self.db.records(task=self.task))
 
     def _trial(self, study: Any, sampler: Any, dists: dict[str, Any], best: float | None, pinned: bool) -> TrialLog:
-        """Ask, measure (or refuse) one point, run the callbacks, then tell Optuna."""
-        trial = study.ask(dists)
+        """Ask, measure (or refuse) one point, run the callbacks, then tell Optuna.
+
+        An exception on the way (Ctrl-C, a callback's own error) closes the trial before it goes on
+        (`close_trial`): the study keeps no RUNNING trial that nobody will finish."""
+        trial = study.ask()
+        self.next_number = trial.number + 1
+        log: TrialLog | None = None
+        try:
+            for name, dist in dists.items():  # sampled here, not in `ask`: a Ctrl-C while sampling closes it too
+                trial.suggest_categorical(name, dist.choices)
+            log = self._outcome(trial, sampler, best, pinned)
+            for callback in self.callbacks:
+                callback.on_trial(log)
+        except BaseException as exc:
+            self.cut_short = log
+            close_trial(study, trial, log, exc)
+            raise
+        if log.record is not None:
+            self._by_point[point_key(log.point)] = log.record
+        tell_outcome(study, trial, log)
+        return log
+
+    def _outcome(self, trial: Any, sampler: Any, best: float | None, pinned: bool) -> TrialLog:
+        """The asked trial's point refused, or measured (or its measurement reused), as a `TrialLog`."""
         point = dict(trial.params)
         predicted = None if pinned else getattr(sampler, "last_prediction", None)
         reason = self.problem.validate(point)
         if reason is not None:
-            log = TrialLog(trial.number, None, best, predicted, "infeasible", reason, point)
-        else:
-            record, how = self._measure(point)
-            ok = record.status == "ok" and record.latency_ns is not None
-            latency = record.latency_ns
-            new_best = latency if latency is not None and ok and (best is None or latency < best) else best
-            log = TrialLog(
-                trial.number,
-                record.latency_ns if ok else None,
-                new_best,
-                predicted,
-                how if ok else "error",
-                "" if ok else record.error,
-                point,
-                None if how == "busy" else record,
-            )
-        for callback in self.callbacks:
-            callback.on_trial(log)
-        if log.record is not None:
-            self._by_point[point_key(point)] = log.record
-        if log.latency_ns is None:
-            trial.set_user_attr("infeasible" if log.status == "infeasible" else "error", log.reason[:500])
-            study.tell(trial, state=TrialState.FAIL)
-        else:
-            study.tell(trial, log.latency_ns)
-        return log
+            return TrialLog(trial.number, None, best, predicted, "infeasible", reason, point)
+        record, how = self._measure(point)
+        ok = record.status == "ok" and record.latency_ns is not None
+        latency = record.latency_ns
+        new_best = latency if latency is not None and ok and (best is None or latency < best) else best
+        return TrialLog(
+            trial.number,
+            record.latency_ns if ok else None,
+            new_best,
+            predicted,
+            how if ok else "error",
+            "" if ok else record.error,
+            point,
+            None if how == "busy" else record,
+        )
 
     def run(self) -> TuneResult:
         cfg, start = self.config, time.perf_counter()
@@ -308,7 +322,7 @@ class Tuner:
         for point in again:
             study.enqueue_trial(point)
         default = getattr(self.problem, "default_point", None)
-        pinned = cfg.start_at_default and not study.get_trials() and default is not None
+        pinned = cfg.start_at_default and all(map(interrupted, study.get_trials())) and default is not None
         if pinned and default is not None:
             study.enqueue_trial(default())
         stale = 0
@@ -348,6 +362,8 @@ class Tuner:
         counted: list[Any] = []
         outdated: dict[str, tuple[float, dict[str, Any]]] = {}
         for t in finished:
+            if interrupted(t):  # ended before its result was recorded: it never ran, as far as the budget goes
+                continue
             key = point_key(dict(t.params))
             record = self._by_point.get(key)
             if t.state != TrialState.COMPLETE or (record is not None and self.current(record)):

@@ -35,6 +35,7 @@ from axon.search.problem import LoweredProblem
 from axon.search.report import TuneReport
 from axon.search.request import TuneRequest
 from axon.search.storage import journal_storage, load_cost_model
+from axon.search.trials import interrupted
 from axon.search.tuner import TuneConfig, Tuner
 from axon.search.variants import verified_variants
 from axon.track import Tracker
@@ -85,7 +86,8 @@ def failure_summary(logs: Sequence[TrialLog], failed: int) -> str:
 def _nothing_ran(storage: Any, study_name: str) -> str:
     """Why a run measured nothing: its study already had the run's trials and every one failed, or
     `--seconds` ended first. (Trials measured before an upgrade do not count: the run measures again.)"""
-    earlier = optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False)
+    trials = optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False)
+    earlier = [t for t in trials if not interrupted(t)]
     failed = [t for t in earlier if t.state == optuna.trial.TrialState.FAIL]
     if earlier and len(failed) == len(earlier):
         first = next((str(v) for t in failed for v in t.user_attrs.values()), "no reason recorded")
@@ -253,6 +255,8 @@ def _tune(
                 best, (_, _, _, kernel_path), _ = first_checked(tuner.ranked())
             except AxonError as exc:
                 raise TuneInterrupted(f"interrupted; {exc}; no kernel written") from None
+            if run is not None:  # the run's summary is the kernel written, at a step after every trial's
+                run.log_metrics({"best_latency_us": (best.latency_ns or 0) / 1e3}, step=tuner.next_number)
             raise TuneInterrupted(
                 f"{w.name}: interrupted; best so far {(best.latency_ns or 0) / 1e3:,.1f} us, kernel: {kernel_path}",
                 str(kernel_path),

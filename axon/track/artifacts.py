@@ -56,7 +56,10 @@ def log_tuning_artifacts(
         "measured": report.measured,
         "tuning_s": report.elapsed_s,
     }
-    run.log_metrics({k: v for k, v in metrics.items() if v is not None}, step=len(logs))
+    # after every trial's step (a resumed study's trials go on from its earlier ones' numbers)
+    run.log_metrics(
+        {k: v for k, v in metrics.items() if v is not None}, step=max((l.number + 1 for l in logs), default=0)
+    )
     plots.mkdir(parents=True, exist_ok=True)
     try:
         path = convergence_plot(report, logs, plots / f"convergence_{run.run_id}.png")

@@ -1,10 +1,11 @@
 """`axon nki run FILE.py:FN --input ...` as a user runs it."""
 
 import numpy as np
+import pytest
 
 import axon.nki
 from axon.cli.nki import bind
-from tests.conftest import axon_in_process, run_axon
+from tests.conftest import axon_in_process, refused, run_axon
 from tests.nki.helpers import KERNELS
 
 
@@ -153,3 +154,84 @@ def test_a_bare_assert_in_a_kernel_shows_its_source_line(tmp_path):
     r = axon_in_process("nki", "run", f"{tmp_path / 'partial.py'}:first_block", "--input", "a=float32[64,256]")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert r.stderr.strip().endswith("raised AssertionError: assert a.shape[0] >= 128"), r.stderr
+
+
+SPMD = """import nki
+import nki.language as nl
+
+
+def rows(i):
+    return i * 128 + nl.arange(128)[:, None]
+
+
+@nki.jit
+def add_rows(a, b):
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ix, iy = rows(nl.program_id(0)), nl.arange(512)[None, :]
+    nl.store(c[ix, iy], value=nl.load(a[ix, iy]) + nl.load(b[ix, iy]))
+    return c
+
+
+@nki.jit
+def add_blocks(a, b):
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ix, iy = rows(nl.program_id(0)), nl.program_id(axis=1) * 256 + nl.arange(256)[None, :]
+    nl.store(c[ix, iy], value=nl.load(a[ix, iy]) + nl.load(b[ix, iy]))
+    return c
+
+
+def host(a, b):
+    return add_rows[a.shape[0] // 128](a, b)
+"""
+TWO = ("--input", "a=float32[512,512]", "--input", "b=float32[512,512]")
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_an_spmd_kernel_without_a_grid_is_one_line_naming_the_call(tmp_path, command):
+    # it ran as program 0 alone and exited 0: `run` printed the output with 3/4 of it never written,
+    # `profile` timed one program as the kernel's latency
+    (tmp_path / "spmd.py").write_text(SPMD)
+    out = ("--out", str(tmp_path), "--no-png") if command == "profile" else ()
+    refused(
+        "nki",
+        command,
+        f"{tmp_path / 'spmd.py'}:add_rows",
+        *TWO,
+        *out,
+        fragments=("spmd.py:12: kernel add_rows calls nl.program_id(0), an SPMD kernel", "--grid N "),
+    )
+    refused(
+        "nki",
+        command,
+        f"{tmp_path / 'spmd.py'}:add_blocks",
+        *TWO,
+        *out,
+        fragments=("spmd.py:20: kernel add_blocks calls nl.program_id(0)", "--grid N,M "),
+    )
+
+
+def test_an_spmd_kernel_runs_on_the_grid_given(tmp_path):
+    (tmp_path / "spmd.py").write_text(SPMD)
+    for kernel, grid in (("add_rows", "4"), ("add_blocks", "4,2")):
+        r = axon_in_process("nki", "run", f"{tmp_path / 'spmd.py'}:{kernel}", *TWO, "--grid", grid)
+        assert r.returncode == 0 and r.stdout.strip() == "output 0: shape [512, 512] dtype float32", r.stderr
+    p = axon_in_process(
+        "nki", "profile", f"{tmp_path / 'spmd.py'}:add_rows", *TWO, "--grid", "4", "--out", str(tmp_path)
+    )
+    assert p.returncode == 0 and "dma           12 instr" in p.stdout, p.stdout  # 4 programs of 3 DMAs
+    # a host function launches its kernel on a grid itself: nothing to give
+    h = axon_in_process("nki", "run", f"{tmp_path / 'spmd.py'}:host", *TWO)
+    assert h.returncode == 0 and "never written" not in h.stdout, h.stdout + h.stderr
+
+
+@pytest.mark.parametrize(
+    "grid, fragment",
+    [
+        ("4", "spmd.py:20: kernel add_blocks calls nl.program_id(axis=1), but --grid 4 has 1 axis: give 2 or more"),
+        ("4,0", "malformed --grid '4,0': expected positive integers"),
+        ("x", "malformed --grid 'x'"),
+    ],
+)
+def test_a_grid_that_does_not_fit_is_one_line(tmp_path, grid, fragment):
+    (tmp_path / "spmd.py").write_text(SPMD)
+    refused("nki", "run", f"{tmp_path / 'spmd.py'}:add_blocks", *TWO, "--grid", grid, fragments=(fragment,))

@@ -37,6 +37,20 @@ def test_tune_reports_a_checked_kernel_and_tracks_it(tmp_path):
     assert history and history[-1].step == 6  # the summary step after the 6 trials
 
 
+def test_a_resumed_runs_summary_comes_after_its_trials_in_mlflow(tmp_path):
+    # the summary was logged at step len(trials of this run): a resumed study numbers its trials on
+    # from its earlier ones, so the last trial's best-so-far (a later step) hid the run's summary
+    from axon.search.api import TuneRequest, tune
+    from axon.track import Tracker
+
+    tune(TuneRequest.make("rmsnorm", preset="small", trials=1, workdir=tmp_path, check=False))
+    report = tune(TuneRequest.make("rmsnorm", preset="small", trials=2, workdir=tmp_path, check=False))
+    assert report.resumed == 1 and report.measured == 1
+    history = Tracker.for_workdir(tmp_path).client.get_metric_history(report.run_id, "best_latency_us")
+    last = max(history, key=lambda m: m.step)
+    assert last.step == 2 and last.value == pytest.approx(report.best_latency_ns / 1e3)
+
+
 def _tune_cmd(workdir, trials, *extra):
     return [
         sys.executable,
