@@ -239,10 +239,14 @@ def map_refs(stmts: Any, ref: Callable[[Ref], Ref], drop: Callable[[Stmt], bool]
         if drop(s):
             continue
         if isinstance(s, TileLoop):
-            out.append(replace(s, body=tuple(map_refs(s.body, ref, drop))))
+            body = map_refs(s.body, ref, drop)
+            same = len(body) == len(s.body) and all(a is b for a, b in zip(body, s.body))
+            out.append(s if same else replace(s, body=tuple(body)))
         elif isinstance(s, TileInstr):
             args = tuple((k, ref(v) if isinstance(v, Ref) else v) for k, v in s.args)
-            out.append(replace(s, dst=ref(s.dst), args=args))
+            dst = ref(s.dst)
+            same = dst is s.dst and all(a[1] is b[1] for a, b in zip(args, s.args))
+            out.append(s if same else replace(s, dst=dst, args=args))  # untouched statements stay shared
         else:
             out.append(s)
     return out

@@ -45,13 +45,17 @@ def baseline_latency(
     return known.latency_ns
 
 
+EXPERT_DTYPES = ("float32", "bfloat16", "float16")
+
+
 def expert_kernel(workload: str, graph: Graph) -> Kernel | None:
     """The hand-written expert kernel of this workload, if there is one: (source, name, inputs).
 
-    Expert kernels are written in float32 for the workload's own input order (tests/lower checks
-    their numbers); a workload without one, or a dtype they do not take, has no expert figure.
+    Expert kernels take the workload's own input order in float32, bfloat16 or float16 (tiles of the
+    inputs' dtype; tests/lower checks their numbers in each); a workload without one, or another
+    dtype, has no expert figure.
     """
-    if workload not in expert.KERNELS or graph.inputs[0].type.dtype != "float32":
+    if workload not in expert.KERNELS or graph.inputs[0].type.dtype not in EXPERT_DTYPES:
         return None
     inputs = tuple((n.attr("name"), graph.concrete_shape(n.id), n.type.dtype) for n in graph.inputs)
     return expert.source(workload), workload, inputs

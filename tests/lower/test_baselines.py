@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import axon.nki
-from axon.errors import NKIError
 from axon.ir import max_rel_error, reference_case
 from axon.lower.baselines import expert_source, unfused, unfused_source
 from axon.lower.expert import KERNELS
+from axon.search.baselines import expert_kernel
 from axon.target import load_hw
 from axon.workloads import get
 
@@ -25,25 +25,27 @@ def _run(src, graph, x):
 
 # Expert kernels take tiles of their inputs' dtype; the float64 reference inputs are cast to the
 # graph's dtype first (NKI has no float64 tile).
-NP_DTYPE = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
-# Written for float32 (axon.search.baselines.expert_kernel measures no other dtype): their TensorE
-# transposes write a float32 PSUM tile, which nki.isa.nc_transpose refuses for bfloat16 data ("The
-# output dst tile must have the same data type as that of data").
-FLOAT32_ONLY = {"rmsnorm_matmul", "attention"}
+NP_DTYPE = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("name", KERNELS)
 def test_expert_kernel_matches_reference(name, dtype):
     graph = get(name).graph("small", dtype=dtype)
     x, ref = reference_case(graph)
     x = {n: v.astype(NP_DTYPE[dtype]) for n, v in x.items()}
-    if dtype != "float32" and name in FLOAT32_ONLY:
-        with pytest.raises(NKIError, match="nc_transpose dst dtype"):
-            _run(expert_source(name), graph, x)
-        return
     out = _run(expert_source(name), graph, x)
     assert max_rel_error({"out": np.asarray(out[0], dtype=np.float64)}, ref) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_a_tune_in_a_half_precision_dtype_has_its_expert_figure(name):
+    """A bfloat16 or float16 tune is compared with the expert kernel too (it was float32 only), and a
+    dtype the kernels were not checked in has no figure."""
+    for dtype in ("float32", "bfloat16", "float16"):
+        src, kernel, inputs = expert_kernel(name, get(name).graph("small", dtype=dtype))
+        assert kernel == name and {dt for _, _, dt in inputs} == {dtype}
+    assert expert_kernel(name, get(name).graph("small", dtype="float8_e4m3")) is None
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "attention", "adamw"])

@@ -111,7 +111,9 @@ def test_workers_wait_out_a_postgres_restart(tmp_path):
         _wait_for_records(url, 4)
         before = {r.id for r in PgRecordDB(url).records()}
         server.stop()
-        threading.Timer(10.0, server.start).start()
+        # down for 5 s: the workers' backoff (0.2 s doubling, axon.measure.pgrecords.Backoff) has
+        # failed five attempts by then; 10 s added nothing but the wait
+        threading.Timer(5.0, server.start).start()
         outputs = [w.communicate(timeout=600) for w in workers]
         for _, err in outputs:  # in full in the report (pytest shortens the assertion's strings)
             print(err)

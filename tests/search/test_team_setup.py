@@ -41,16 +41,19 @@ def test_the_readme_team_setup_runs_as_written():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AXON_HOME": str(workdir), "PATH": f"{binary}:{os.environ['PATH']}"}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # axon and mlflow of this environment
     server = None
+    substitutions = {
+        "HOST": "127.0.0.1",
+        "5432": str(pg_port),
+        "5000": str(ml_port),
+        "/srv/axon": str(root),
+        "listen_addresses=*": "listen_addresses=127.0.0.1",
+        "--host 0.0.0.0": "--host 127.0.0.1",
+    }
     try:
         for command in team_commands():
-            line = (
-                command.replace("HOST", "127.0.0.1")
-                .replace("5432", str(pg_port))
-                .replace("5000", str(ml_port))
-                .replace("/srv/axon", str(root))
-                .replace("listen_addresses=*", "listen_addresses=127.0.0.1")
-                .replace("--host 0.0.0.0", "--host 127.0.0.1")
-            )
+            # one pass over the line: replacing one after another, a free port like 50009 given to
+            # PostgreSQL had its "5000" replaced by the MLflow port next ("-p 493459")
+            line = re.sub("|".join(map(re.escape, substitutions)), lambda m: substitutions[m.group(0)], command)
             argv = shlex.split(line)
             assignments = {}  # a leading NAME=value sets the command's environment, as the shell does
             while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):

@@ -18,7 +18,10 @@ def attention(q, k, v):
     H, S, D = q.shape
     out = nl.ndarray((H, S, D), dtype=q.dtype, buffer=nl.shared_hbm)
     raw = nl.ndarray((128, 2 * D), dtype=q.dtype, buffer=nl.sbuf)
-    t_psum = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.psum)
+    # TensorE transposes write their data's dtype: q and k tiles into t_psum, float32 P tiles into p_psum
+    # (one tile when the inputs are float32)
+    t_psum = nl.ndarray((2, nl.par_dim(128), 128), dtype=q.dtype, buffer=nl.psum)
+    p_psum = t_psum if q.dtype == nl.float32 else nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.psum)
     k_t = nl.ndarray((D, 2 * S), dtype=q.dtype, buffer=nl.sbuf)
     v_all = nl.ndarray((128, 2 * (S // 128) * D), dtype=v.dtype, buffer=nl.sbuf)
     q_t = nl.ndarray((D, 2 * 128), dtype=q.dtype, buffer=nl.sbuf)
@@ -61,8 +64,8 @@ def attention(q, k, v):
             nisa.activation(dst=inv[0:128, b:b + 1], op=nl.reciprocal, data=total[0:128, b:b + 1])
             for c in nl.affine_range(nc):
                 u = c % 2
-                nisa.nc_transpose(dst=t_psum[u, 0:128, 0:128], data=scores[0:128, sc + c * 128:sc + c * 128 + 128])
-                nisa.tensor_copy(dst=p_t[0:128, u * 128:u * 128 + 128], src=t_psum[u, 0:128, 0:128])
+                nisa.nc_transpose(dst=p_psum[u, 0:128, 0:128], data=scores[0:128, sc + c * 128:sc + c * 128 + 128])
+                nisa.tensor_copy(dst=p_t[0:128, u * 128:u * 128 + 128], src=p_psum[u, 0:128, 0:128])
                 nisa.nc_matmul(dst=o_psum[b, 0:128, 0:D], stationary=p_t[0:128, u * 128:u * 128 + 128],
                                moving=v_all[0:128, hv + c * D:hv + c * D + D], accumulate=c > 0)
             nisa.activation(dst=o_sb[0:128, r:r + D], op=nl.copy, data=o_psum[b, 0:128, 0:D], scale=inv[0:128, b:b + 1])

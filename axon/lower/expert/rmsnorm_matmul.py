@@ -32,7 +32,7 @@ def rmsnorm_matmul(x, g, w):
     ss = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
     rstd = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
     x_t = nl.ndarray((TK, 2 * nk * 128), dtype=x.dtype, buffer=nl.sbuf)
-    t_psum = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.psum)
+    t_psum = nl.ndarray((2, nl.par_dim(128), 128), dtype=x.dtype, buffer=nl.psum)  # a transpose writes its data's dtype
     acc = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
     res = nl.ndarray((128, 2 * 512), dtype=x.dtype, buffer=nl.sbuf)
     nt = (N + 511) // 512
