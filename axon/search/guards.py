@@ -221,6 +221,7 @@ def preflight_sweep(config: Any, workdir: Workdir) -> None:
         reason := NeuronBackend.available()
     ):  # as `tune --backend neuron`: before any task
         raise BackendError(f"{config.source}: backend 'neuron' cannot run here: {reason}; use backend: sim")
+    machines: dict[str, str] = {}
     for hw, entry in config.tasks():
         try:
             request = TuneRequest.make(
@@ -229,3 +230,10 @@ def preflight_sweep(config: Any, workdir: Workdir) -> None:
             preflight(request)
         except AxonError as exc:
             raise type(exc)(f"{config.source}: entry {entry.key(hw)}: {exc}") from None
+        # tasks are keyed by the machine's name: a second file of the same machine was skipped as done
+        other = machines.setdefault(request.hw.name, hw)
+        if other != hw:
+            raise SpecError(
+                f"{config.source}: field hw: {other!r} and {hw!r} are both hardware {request.hw.name!r} "
+                f"(a sweep keys its tasks by that name): give one of them another name"
+            )

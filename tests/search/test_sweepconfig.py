@@ -160,3 +160,27 @@ def test_a_threshold_in_exponent_notation_is_a_number(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("entries: [{workload: matmul}]\nregression_threshold: 2e-2\n")
     assert load_sweep(path).regression_threshold == 0.02
+
+
+def test_a_shape_key_that_is_not_a_name_is_refused_at_load(tmp_path):
+    """`shape: {1: 128}` (YAML reads the key as a number) reached the spec as a keyword: TypeError
+    'keywords must be strings', a traceback, exit 1."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("entries: [{workload: softmax, shape: {1: 128}}]\n")
+    with pytest.raises(SpecError, match=r"entries\[0\]\.shape must map dimension names to positive integers"):
+        load_sweep(path)
+
+
+def test_two_files_of_one_machine_are_refused_before_any_task(tmp_path):
+    """hw: [trn1, configs/hw/trn1.yaml] (or a recalibrated copy keeping `name: trn1`) ran one task and
+    skipped the other as done, since tasks are keyed by the machine's name: '1 tasks', exit 0."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("hw: [trn1, configs/hw/trn1.yaml]\nentries: [{workload: softmax, preset: small}]\ntrials: 1\n")
+    refused(
+        "sweep",
+        str(path),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("field hw: 'trn1' and 'configs/hw/trn1.yaml' are both hardware 'trn1'",),
+    )
+    assert not (tmp_path / "w" / "mlflow.db").exists()
