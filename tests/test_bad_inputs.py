@@ -716,3 +716,15 @@ def test_a_shape_that_does_not_parse_names_the_file_the_spec_and_the_input(tmp_p
     # it said only "cannot parse dimension '-4': ...", for every spec of the file, naming none of them
     (tmp_path / "d.py").write_text('import axon.spec as ax\n\n@ax.spec(x="M -4")\ndef neg(x):\n    return x * 2\n')
     refused("show", f"{tmp_path / 'd.py'}:neg", fragments=("d.py", "spec neg: input x ('M -4')", "'-4'"))
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_a_spec_given_to_nki_run_or_profile_says_it_is_a_spec(tmp_path, command):
+    # the spec's ops ran on the emulator's views: "kernel softmax raised AttributeError: 'View' object
+    # has no attribute '_b'", which names neither the mistake nor the command to use
+    (tmp_path / "m.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef softmax(x):\n    return ax.exp(x - ax.max(x))\n"
+    )
+    args = ("--input", "x=float32[128,256]", *(("--out", str(tmp_path)) if command == "profile" else ()))
+    ref = f"{tmp_path / 'm.py'}:softmax"
+    refused("nki", command, ref, *args, fragments=(f"{ref} is an Axon spec (@ax.spec), not an NKI kernel", "axon tune"))
