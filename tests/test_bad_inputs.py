@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from axon.errors import storage_failure
-from tests.conftest import axon_in_process, refused
+from tests.conftest import REPO, axon_in_process, refused
 
 BAD_SPECS = """import numpy as np
 import axon.spec as ax
@@ -728,3 +728,15 @@ def test_a_spec_given_to_nki_run_or_profile_says_it_is_a_spec(tmp_path, command)
     args = ("--input", "x=float32[128,256]", *(("--out", str(tmp_path)) if command == "profile" else ()))
     ref = f"{tmp_path / 'm.py'}:softmax"
     refused("nki", command, ref, *args, fragments=(f"{ref} is an Axon spec (@ax.spec), not an NKI kernel", "axon tune"))
+
+
+def test_a_kernel_file_given_as_a_spec_says_it_is_a_kernel(tmp_path):
+    # "spec file '.../l2norm.py' failed to import: ModuleNotFoundError: No module named 'nki'"
+    # (a new process: the emulator's import shim, once installed in this one, makes `import nki` work)
+    kernel = REPO / "examples" / "kernels" / "l2norm.py"
+    refused(
+        "show",
+        f"{kernel}:l2_normalize",
+        fragments=(f"'{kernel}' is an NKI kernel file, not a spec (it imports nki)", "axon nki run"),
+        in_process=False,
+    )

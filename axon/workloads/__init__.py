@@ -258,6 +258,13 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
         ) from None
     except SystemExit as exc:  # sys.exit() at the top level ended the command with its code and nothing said
         raise SpecError(f"spec file {path!r} called sys.exit({exc.code!r}) while imported") from None
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("nki", "neuronxcc"):  # a kernel file, given where a spec goes
+            raise SpecError(
+                f"{path!r} is an NKI kernel file, not a spec (it imports {exc.name}): "
+                "`axon nki run` and `axon nki profile` run kernels; a spec imports axon.spec"
+            ) from None
+        raise SpecError(f"spec file {path!r} failed to import: {type(exc).__name__}: {exc}") from None
     except Exception as exc:  # a user's file failed to import: say where, not a traceback
         raise SpecError(f"spec file {path!r} failed to import: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, fn_name, None)
