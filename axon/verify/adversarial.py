@@ -231,9 +231,9 @@ _DERIVED: dict[tuple[Any, ...], dict[str, Range]] = {}  # input_ranges by (reduc
 
 
 def _derive_ranges(graph: Graph, g: Graph, dtype: str, seed: int, bar: float) -> dict[str, Range]:
+    limit = dtype_max(dtype)  # a declared range past it drew inf inputs: NaN references, every class passed
     ranges = {n: (-1.0, 1.0) for n in g.input_names}
-    ranges.update(declared_ranges(g))
-    limit = dtype_max(dtype)
+    ranges.update({n: (max(lo, -limit), min(hi, limit)) for n, (lo, hi) in declared_ranges(g).items()})
     for name in g.input_names:
         if graph.input(name).attr("range") is not None:
             continue

@@ -76,6 +76,23 @@ def test_a_malformed_range_is_a_spec_error(bad):
         ax.tensor("M N", range=bad)
 
 
+@ax.spec(x=ax.tensor("M N", range=(-1e5, 1e5)))
+def wide_softmax(x):
+    e = ax.exp(x - ax.max(x))
+    return e / ax.sum(e)
+
+
+@pytest.mark.parametrize("dtype, limit", [("float16", 65504.0), ("float32", 1e5)])
+def test_a_declared_range_past_the_dtypes_largest_value_is_held_to_it(dtype, limit):
+    """float16 inputs declared in (-1e5, 1e5) were drawn as inf past 65,504: every row's reference was
+    NaN, so the magnitude, dominant and limit classes passed any kernel (max rel err 0.0)."""
+    g = trace(wide_softmax, M=4, N=8, dtype=dtype)
+    assert input_ranges(g, dtype) == {"x": (-limit, limit)}
+    for cls in RANGE_CLASSES:
+        x = class_inputs(g, input_ranges(g, dtype), cls, "x", dtype)["x"]
+        assert np.isfinite(x).all() and np.isfinite(evaluate(g, {"x": x})["out"]).all(), cls
+
+
 def test_an_undeclared_range_is_where_the_spec_as_written_stays_accurate():
     # softmax as written is exact for any float32 magnitude: the bound goes up to the headroom below
     # the dtype's limit; layernorm's centring loses digits for offsets far above the spread
