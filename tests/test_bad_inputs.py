@@ -740,3 +740,20 @@ def test_a_kernel_file_given_as_a_spec_says_it_is_a_kernel(tmp_path):
         fragments=(f"'{kernel}' is an NKI kernel file, not a spec (it imports nki)", "axon nki run"),
         in_process=False,
     )
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [("0", "0.0 is not in the range x>0"), ("-1", "-1.0 is not in the range x>0"), ("nan", "nan is not a finite")],
+)
+def test_a_proof_timeout_that_is_not_a_positive_number_is_refused(value, fragment):
+    # 0, -1 and nan were taken as 0.05 s per proof without a word
+    refused("variants", "softmax", "--preset", "small", "--depth", "1", "--timeout", value, fragments=(fragment,))
+
+
+def test_an_infinite_proof_timeout_is_refused(tmp_path):
+    # Z3's timeout: OverflowError: cannot convert float infinity to integer, a traceback
+    (tmp_path / "m.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef f(x):\n    return ax.exp(x) / ax.sum(ax.exp(x))\n"
+    )
+    refused("variants", f"{tmp_path / 'm.py'}:f", "--shape", "M=128,N=256", "--timeout", "inf", fragments=("inf",))
