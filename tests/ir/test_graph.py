@@ -9,7 +9,7 @@ import pytest
 
 import axon.spec as ax
 from axon.errors import SpecError
-from axon.ir import GraphBuilder, TensorType, declare, evaluate, frontend, graph, parse_shape, printer, trace
+from axon.ir import GraphBuilder, TensorType, declare, evaluate, frontend, graph, parse_shape, printer, shape_str, trace
 from tests.conftest import rel_err
 
 
@@ -160,6 +160,36 @@ def test_bad_reshape_and_axis():
         trace(bad_reshape)
     with pytest.raises(SpecError, match="axis 2 out of range"):
         trace(bad_axis)
+
+
+def test_a_reshape_takes_a_shape_written_as_a_spec_declares_one():
+    """`ax.reshape(x, "N M")` iterated the string: "cannot parse dimension ' '", without the op or line."""
+
+    @ax.spec(x="M N")
+    def by_text(x):
+        return ax.reshape(x, "N M"), x.reshape("M*N"), x.reshape("M", "N/2", 2)
+
+    g = trace(by_text, M=4, N=6)
+    assert [shape_str(g.nodes[o].type.shape) for o in g.outputs] == ["[N, M]", "[M*N]", "[M, N/2, 2]"]
+    x = np.arange(24.0).reshape(4, 6)
+    assert evaluate(g, {"x": x})["out0"].tolist() == x.reshape(6, 4).tolist()
+
+    @ax.spec(x="M N")
+    def typo(x):
+        return ax.reshape(x, "M N$")
+
+    with pytest.raises(SpecError, match=r"^reshape: cannot parse dimension 'N\$' \(at test_graph.py:\d+\)$"):
+        trace(typo, M=4, N=6)
+
+
+def test_a_cast_to_an_unknown_dtype_names_the_op_and_line():
+    # "unknown dtype 'int8'; expected one of ...": neither the op nor the spec's line
+    @ax.spec(x="M N")
+    def to_int(x):
+        return ax.cast(x, "int8")
+
+    with pytest.raises(SpecError, match=r"^cast: unknown dtype 'int8'; expected one of .* \(at test_graph.py:\d+\)$"):
+        trace(to_int, M=4, N=6)
 
 
 def test_evaluate_checks_input_shapes():
