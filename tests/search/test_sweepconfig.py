@@ -98,6 +98,7 @@ def test_sweep_and_worker_stop_on_sigint_when_started_with_it_ignored(tmp_path, 
     monkeypatch.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", started)
     monkeypatch.setattr(importlib.import_module("axon.cli.fleet"), "Fleet", started)
     argv = ["sweep", str(REPO / "configs/sweeps/demo.yaml")] if command == "sweep" else ["worker"]
+    (tmp_path / "records.db").touch()  # a worker opens the store only where one is (else: nothing to do)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         result = axon_in_process(*argv, "--workdir", str(tmp_path))
@@ -127,6 +128,16 @@ def test_a_worker_with_nothing_to_do_says_so(tmp_path):
         f"axon worker: no unfinished sweep in {tmp_path / 'w' / 'records.db'}: nothing to do "
         "(axon sweep CONFIG starts one)"
     )
+    assert not (tmp_path / "w").exists()  # the mistyped --workdir was left behind with an empty records.db
+
+
+def test_a_worker_for_a_sweep_in_a_workdir_never_swept_leaves_nothing_behind(tmp_path):
+    # it made the directory with an empty records.db, mlflow.db and its lock, then said "no sweep x"
+    refused(
+        "worker", "--workdir", str(tmp_path / "w"), "--sweep", "x",
+        fragments=(f"no sweep x in {tmp_path / 'w' / 'records.db'}",),
+    )  # fmt: skip
+    assert not (tmp_path / "w").exists()
 
 
 @pytest.mark.parametrize(
