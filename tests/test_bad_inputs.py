@@ -757,3 +757,23 @@ def test_an_infinite_proof_timeout_is_refused(tmp_path):
         "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef f(x):\n    return ax.exp(x) / ax.sum(ax.exp(x))\n"
     )
     refused("variants", f"{tmp_path / 'm.py'}:f", "--shape", "M=128,N=256", "--timeout", "inf", fragments=("inf",))
+
+
+@pytest.mark.parametrize(
+    "storage, fragment",
+    [
+        # FileNotFoundError from inside Optuna's journal backend, a traceback, exit 1
+        ("{tmp}/nodir/x.log", "Optuna journal {tmp}/nodir/x.log: directory {tmp}/nodir does not exist"),
+        # ImportError "Failed to import DB access module", a traceback, exit 1 (the password redacted)
+        ("mysql://u:secret@h/db", "Optuna storage mysql://u:***@h/db cannot be opened"),
+        # sqlalchemy's OperationalError "unable to open database file", a traceback, exit 1
+        ("sqlite:///{tmp}/nodir/s.db", "cannot be opened: unable to open database file"),
+    ],
+)
+def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, fragment):
+    line = refused(
+        "tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"),
+        "--storage", storage.format(tmp=tmp_path),
+        fragments=(fragment.format(tmp=tmp_path),),
+    )  # fmt: skip
+    assert "secret" not in line

@@ -28,9 +28,17 @@ def journal_storage(workdir: Workdir, storage: str | None) -> Any:
     """The Optuna storage: a URL as given, else a journal file (default WORKDIR/optuna.log), checked first."""
     if is_postgres_url(storage):
         return retrying_storage(str(storage))
-    if storage and "://" in storage:
-        return storage
+    if storage and "://" in storage:  # another database Optuna takes, opened here: a missing driver or
+        try:  # directory was a traceback from inside Optuna (ImportError, OperationalError), exit 1
+            return RDBStorage(storage)
+        except (ImportError, ValueError, StorageInternalError, sqlalchemy_exc().SQLAlchemyError) as exc:
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            raise StoreError(
+                f"Optuna storage {redacted(storage)} cannot be opened: {reason[0] if reason else type(exc).__name__}"
+            ) from None
     path = Path(storage) if storage else workdir.journal
+    if not path.parent.is_dir():  # FileNotFoundError from inside Optuna, a traceback
+        raise StoreError(f"Optuna journal {path}: directory {path.parent} does not exist")
     check_journal(path)
     try:
         return JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFlock(str(path))))
