@@ -311,3 +311,20 @@ def test_variants_not_offered_are_told_apart_by_their_id(tmp_path):
     listed = axon_in_process("variants", "sdpa.py:sdpa", *shape, cwd=tmp_path)
     assert len(ids) > 1 and len(set(ids)) == len(ids), tuned.stdout
     assert set(ids) == set(re.findall(r"^#   id (\w{8})  ", listed.stdout, re.M)), listed.stdout
+
+
+@pytest.mark.slow
+def test_a_report_whose_op_by_op_kernel_does_not_lower_says_so(tmp_path):
+    """One row of 65,536: the fused kernel lowers (rows split), the op-by-op one does not fit SBUF, and
+    the report's "vs unfused" line was missing without a word (its JSON field null)."""
+    (tmp_path / "wide.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N', y='M N')\n"
+        "def wide(x, y):\n    return ax.square(x - y) * 0.5 + ax.maximum(x, y)\n"
+    )
+    done = axon_in_process(
+        "tune", "wide.py:wide", "--shape", "M=1,N=65536", "--dtype", "bfloat16", "--trials", "4", "--quiet",
+        "--no-track", "--cpus", "1", "--workdir", "w", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-800:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("  vs unfused"))
+    assert line.split()[2:] == ["n/a", "(the", "op-by-op", "kernel", "does", "not", "lower", "at", "this", "shape)"]
