@@ -126,10 +126,9 @@ def show_report(report: SweepReport, path: object, as_json: bool, fail_on_regres
             f"parent run {report.parent_run_id}"
         )
         for hw, v in report.model_versions.items():
-            click.echo(
-                f"cost model for {hw}: registered version {v} "
-                f"(held-out pairwise accuracy {report.model_accuracy.get(hw)})"
-            )
+            acc = report.model_accuracy.get(hw)  # None printed as "None" where too few records were held out
+            held = "n/a: too few records to hold some out" if acc is None else f"{acc:.3f}"
+            click.echo(f"cost model for {hw}: registered version {v} (held-out pairwise accuracy {held})")
         if report.regressions:
             click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
         click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")

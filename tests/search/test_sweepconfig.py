@@ -7,6 +7,8 @@ import pytest
 
 from axon.errors import SpecError
 from axon.measure.neuron import NeuronBackend
+from axon.cli.fleet import show_report
+from axon.search.sweep import SweepReport
 from axon.search.sweepconfig import compare, load_sweep
 from tests.conftest import REPO, axon_in_process, refused
 
@@ -195,3 +197,12 @@ def test_two_files_of_one_machine_are_refused_before_any_task(tmp_path):
         fragments=("field hw: 'trn1' and 'configs/hw/trn1.yaml' are both hardware 'trn1'",),
     )
     assert not (tmp_path / "w" / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("accuracy, shown", [(None, "n/a: too few records to hold some out"), (0.8412, "0.841")])
+def test_the_sweep_summary_prints_the_cost_models_accuracy_as_a_number_or_says_why_not(capsys, accuracy, shown):
+    # a sweep of a few trials per task printed "(held-out pairwise accuracy None)"
+    report = SweepReport("s", "run", (), (), {"trn1": 1}, {"trn1": accuracy}, 1.0)
+    show_report(report, "w", as_json=False, fail_on_regression=False)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("cost model for trn1"))
+    assert line == f"cost model for trn1: registered version 1 (held-out pairwise accuracy {shown})"
