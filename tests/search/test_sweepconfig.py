@@ -5,9 +5,9 @@ import signal
 
 import pytest
 
+from axon.cli.fleet import show_report
 from axon.errors import SpecError
 from axon.measure.neuron import NeuronBackend
-from axon.cli.fleet import show_report
 from axon.search.sweep import SweepReport
 from axon.search.sweepconfig import compare, load_sweep
 from tests.conftest import REPO, axon_in_process, refused
