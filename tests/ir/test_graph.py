@@ -244,3 +244,13 @@ def test_the_ir_imports_nothing_above_it():
     code = "import json, sys, axon.ir, axon.ir.printer; print(json.dumps([m for m in sys.modules if m[:5] == 'axon.']))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert all(m.startswith(("axon.ir", "axon.errors", "axon.timelimit")) for m in json.loads(out)), out
+
+
+def test_binding_a_spec_without_dimensions_says_it_has_none():
+    # "spec scalar has no dimension 'M'; its dimensions are " (an empty list)
+    @ax.spec(x="")
+    def scalar(x):
+        return ax.exp(x)
+
+    with pytest.raises(SpecError, match=r"^spec scalar has no dimension 'M'; it has no dimensions$"):
+        trace(scalar, M=4)
