@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -328,3 +329,23 @@ def test_a_report_whose_op_by_op_kernel_does_not_lower_says_so(tmp_path):
     assert done.returncode == 0, done.stderr[-800:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("  vs unfused"))
     assert line.split()[2:] == ["n/a", "(the", "op-by-op", "kernel", "does", "not", "lower", "at", "this", "shape)"]
+
+
+@pytest.mark.slow
+def test_rerunning_a_tune_after_editing_the_spec_tunes_the_new_one(tmp_path):
+    """The study is named by workload, shapes, dtype and hardware: after an edit that changed the knobs'
+    choices, the same command's first ask raised Optuna's ValueError "CategoricalDistribution does not
+    support dynamic value space", a traceback (an upgrade that changes a knob's choices did the same)."""
+    spec = tmp_path / "m.py"
+    elementwise = "    return ax.exp(x) * 2.0\n"
+    softmax = "    e = ax.exp(x - ax.max(x))\n    return e / ax.sum(e)\n"
+    args = ("tune", "m.py:f", "--shape", "M=256,N=512", "--trials", "2", "--quiet", "--no-track", "--json")
+    reports = []
+    for body in (elementwise, softmax, elementwise):
+        spec.write_text(f"import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef f(x):\n{body}")
+        done = axon_in_process(*args, "--cpus", "1", "--workdir", "w", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-800:]
+        reports.append(json.loads(done.stdout))
+    first, edited, back = reports
+    assert edited["study"].startswith(first["study"] + ":space-") and edited["measured"] == 2
+    assert back["study"] == first["study"] and back["resumed"] == 2  # the earlier study goes on where it was

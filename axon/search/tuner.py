@@ -8,6 +8,7 @@ repeating a measurement.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -274,6 +275,18 @@ class Tuner:
             for callback in self.callbacks:
                 callback.on_end(self)
 
+    def _study(self, name: str, sampler: Any) -> Any:
+        try:
+            study = optuna.create_study(
+                study_name=name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True
+            )
+            study.get_trials(deepcopy=False)
+        except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:
+            # a journal whose lines parse but do not replay (truncated between operations, edited,
+            # another Optuna version's): say which file and how to recover, never a replay traceback
+            raise StoreError(_corrupt_storage(self.storage, exc)) from None
+        return study
+
     def _run(self, cfg: TuneConfig, start: float) -> TuneResult:
         sampler = make_sampler(
             cfg.sampler,
@@ -283,16 +296,14 @@ class Tuner:
             lambda p: point_key(p) in self._by_point and self.current(self._by_point[point_key(p)]),
         )
         name = cfg.study_name or f"{self.task}:{cfg.sampler}:seed{cfg.seed}"
-        try:
-            study = optuna.create_study(
-                study_name=name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True
-            )
-            finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))
-        except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:
-            # a journal whose lines parse but do not replay (truncated between operations, edited,
-            # another Optuna version's): say which file and how to recover, never a replay traceback
-            raise StoreError(_corrupt_storage(self.storage, exc)) from None
         dists = self.problem.distributions()
+        study = self._study(name, sampler)
+        # a spec edited since, or an upgrade that changed a knob's choices: Optuna refused the first ask
+        # ("CategoricalDistribution does not support dynamic value space", a traceback); this space gets a
+        # study of its own beside it (a sweep's task too), and the earlier one resumes if the spec goes back
+        if _clash(study, dists):
+            study = self._study(f"{name}:space-{_space_digest(dists)}", sampler)
+        finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))
         logs: list[TrialLog] = []
         counted, outdated = self._split_finished(finished)
         best = min(
@@ -331,7 +342,7 @@ class Tuner:
             self.best(),
             tuple(logs),
             time.perf_counter() - start,
-            name,
+            study.study_name,
             counts["measured"],
             counts["reused"],
             counts["infeasible"] + counts["error"],
@@ -355,6 +366,17 @@ class Tuner:
             elif key not in outdated or float(t.value) < outdated[key][0]:
                 outdated[key] = (float(t.value), dict(t.params))
         return counted, [p for _, p in sorted(outdated.values(), key=lambda v: v[0])]
+
+
+def _clash(study: Any, dists: Mapping[str, CategoricalDistribution]) -> bool:
+    """Whether a knob's choices in `study`'s trials are not `dists`' (Optuna would refuse to ask it)."""
+    trials = study.get_trials(deepcopy=False)
+    return any(k in dists and d != dists[k] for t in trials for k, d in t.distributions.items())
+
+
+def _space_digest(dists: Mapping[str, CategoricalDistribution]) -> str:
+    text = repr(sorted((k, tuple(map(repr, d.choices))) for k, d in dists.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def _corrupt_storage(storage: Any, exc: Exception) -> str:
