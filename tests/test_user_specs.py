@@ -349,3 +349,18 @@ def test_rerunning_a_tune_after_editing_the_spec_tunes_the_new_one(tmp_path):
     first, edited, back = reports
     assert edited["study"].startswith(first["study"] + ":space-") and edited["measured"] == 2
     assert back["study"] == first["study"] and back["resumed"] == 2  # the earlier study goes on where it was
+
+
+def test_a_spec_file_imports_the_files_beside_it_and_only_its_own(tmp_path):
+    """`from helpers import scale` in a spec was "failed to import: No module named 'helpers'" (a kernel
+    file imports its siblings as a script would; a spec file did not); two specs in two directories,
+    each with its own helpers.py, each get theirs."""
+    for name, factor in (("a", 2.0), ("b", 3.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "helpers.py").write_text(f"def scale(x):\n    return x * {factor}\n")
+        (tmp_path / name / "model.py").write_text(
+            "import axon.spec as ax\nfrom helpers import scale\n\n\n@ax.spec(x='M N')\ndef f(x):\n    return scale(x)\n"
+        )
+    shown = [axon_in_process("show", f"{tmp_path / n / 'model.py'}:f", "--shape", "M=4,N=8") for n in "ab"]
+    assert [s.returncode for s in shown] == [0, 0], shown[0].stderr
+    assert "mul(x, 2)" in shown[0].stdout and "mul(x, 3)" in shown[1].stdout, [s.stdout for s in shown]
