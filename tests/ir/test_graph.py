@@ -9,7 +9,19 @@ import pytest
 
 import axon.spec as ax
 from axon.errors import SpecError
-from axon.ir import GraphBuilder, TensorType, declare, evaluate, frontend, graph, parse_shape, printer, shape_str, trace
+from axon.ir import (
+    GraphBuilder,
+    TensorType,
+    declare,
+    evaluate,
+    frontend,
+    graph,
+    parse_shape,
+    printer,
+    reference_case,
+    shape_str,
+    trace,
+)
 from tests.conftest import rel_err
 
 
@@ -254,3 +266,18 @@ def test_binding_a_spec_without_dimensions_says_it_has_none():
 
     with pytest.raises(SpecError, match=r"^spec scalar has no dimension 'M'; it has no dimensions$"):
         trace(scalar, M=4)
+
+
+def test_reference_inputs_lie_in_a_declared_range():
+    """A spec's declared range was ignored: sqrt(x - 5) for x in (5, 10) was evaluated on [-1, 1] and on
+    [0.05, 1], every reference element NaN, so the kernel numerics check accepted any output, and
+    `axon check` of log(x), x in (1, 10), said "finite NO"."""
+
+    @ax.spec(x=ax.tensor("M N", range=(5, 10)), y="M N", z=ax.tensor("M N", range=(-100, 100)))
+    def shifted(x, y, z):
+        return ax.sqrt(x - 5.0) + y * z
+
+    g = trace(shifted, M=4, N=8)
+    inputs, expected = reference_case(g)
+    assert 5 <= inputs["x"].min() and inputs["x"].max() <= 10 and np.isfinite(expected["out"]).all()
+    assert -1 <= inputs["y"].min() and inputs["z"].max() <= 1  # the typical [-1, 1], within a wide range
