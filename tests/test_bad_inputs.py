@@ -777,3 +777,15 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, fragment
         fragments=(fragment.format(tmp=tmp_path),),
     )  # fmt: skip
     assert "secret" not in line
+
+
+@pytest.mark.parametrize("option", ["--out", "--storage", "profile --out"])
+def test_a_path_under_a_file_says_the_file_is_not_a_directory(tmp_path, option):
+    # "--out F/k.py: directory F does not exist", of a file F that exists
+    (tmp_path / "f").write_text("x")
+    if option == "profile --out":
+        kernel = REPO / "examples" / "kernels" / "l2norm.py"
+        args = ("nki", "profile", f"{kernel}:l2_normalize", "--input", "a=float32[128,128]", "--out", f"{tmp_path}/f/d")
+    else:
+        args = ("tune", "softmax", "--preset", "small", "--workdir", str(tmp_path / "w"), option, f"{tmp_path}/f/x")
+    refused(*args, fragments=(f"{tmp_path / 'f'} is a file, not a directory",))

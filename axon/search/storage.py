@@ -19,7 +19,7 @@ from axon.errors import StoreError
 from axon.lazy import sqlalchemy_exc
 from axon.measure.pgrecords import Backoff, is_postgres_url, reached, redacted, sqlalchemy_url
 from axon.search.costmodel import CostModel
-from axon.search.guards import check_journal, corrupt_journal
+from axon.search.guards import check_journal, corrupt_journal, no_directory
 from axon.track.tracker import load_registered_booster
 from axon.workdir import Workdir
 
@@ -38,7 +38,7 @@ def journal_storage(workdir: Workdir, storage: str | None) -> Any:
             ) from None
     path = Path(storage) if storage else workdir.journal
     if not path.parent.is_dir():  # FileNotFoundError from inside Optuna, a traceback
-        raise StoreError(f"Optuna journal {path}: directory {path.parent} does not exist")
+        raise StoreError(f"Optuna journal {path}: {no_directory(path.parent)}")
     check_journal(path)
     try:
         return JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFlock(str(path))))
