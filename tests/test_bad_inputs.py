@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from axon.errors import storage_failure
-from tests.conftest import axon_in_process, refused
+from tests.conftest import REPO, axon_in_process, refused
 
 BAD_SPECS = """import numpy as np
 import axon.spec as ax
@@ -755,3 +755,76 @@ def test_a_shape_that_does_not_parse_names_the_file_the_spec_and_the_input(tmp_p
     # it said only "cannot parse dimension '-4': ...", for every spec of the file, naming none of them
     (tmp_path / "d.py").write_text('import axon.spec as ax\n\n@ax.spec(x="M -4")\ndef neg(x):\n    return x * 2\n')
     refused("show", f"{tmp_path / 'd.py'}:neg", fragments=("d.py", "spec neg: input x ('M -4')", "'-4'"))
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_a_spec_given_to_nki_run_or_profile_says_it_is_a_spec(tmp_path, command):
+    # the spec's ops ran on the emulator's views: "kernel softmax raised AttributeError: 'View' object
+    # has no attribute '_b'", which names neither the mistake nor the command to use
+    (tmp_path / "m.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef softmax(x):\n    return ax.exp(x - ax.max(x))\n"
+    )
+    args = ("--input", "x=float32[128,256]", *(("--out", str(tmp_path)) if command == "profile" else ()))
+    ref = f"{tmp_path / 'm.py'}:softmax"
+    refused("nki", command, ref, *args, fragments=(f"{ref} is an Axon spec (@ax.spec), not an NKI kernel", "axon tune"))
+
+
+def test_a_kernel_file_given_as_a_spec_says_it_is_a_kernel(tmp_path):
+    # "spec file '.../l2norm.py' failed to import: ModuleNotFoundError: No module named 'nki'"
+    # (a new process: the emulator's import shim, once installed in this one, makes `import nki` work)
+    kernel = REPO / "examples" / "kernels" / "l2norm.py"
+    refused(
+        "show",
+        f"{kernel}:l2_normalize",
+        fragments=(f"'{kernel}' is an NKI kernel file, not a spec (it imports nki)", "axon nki run"),
+        in_process=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [("0", "0.0 is not in the range x>0"), ("-1", "-1.0 is not in the range x>0"), ("nan", "nan is not a finite")],
+)
+def test_a_proof_timeout_that_is_not_a_positive_number_is_refused(value, fragment):
+    # 0, -1 and nan were taken as 0.05 s per proof without a word
+    refused("variants", "softmax", "--preset", "small", "--depth", "1", "--timeout", value, fragments=(fragment,))
+
+
+def test_an_infinite_proof_timeout_is_refused(tmp_path):
+    # Z3's timeout: OverflowError: cannot convert float infinity to integer, a traceback
+    (tmp_path / "m.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef f(x):\n    return ax.exp(x) / ax.sum(ax.exp(x))\n"
+    )
+    refused("variants", f"{tmp_path / 'm.py'}:f", "--shape", "M=128,N=256", "--timeout", "inf", fragments=("inf",))
+
+
+@pytest.mark.parametrize(
+    "storage, fragment",
+    [
+        # FileNotFoundError from inside Optuna's journal backend, a traceback, exit 1
+        ("{tmp}/nodir/x.log", "Optuna journal {tmp}/nodir/x.log: directory {tmp}/nodir does not exist"),
+        # ImportError "Failed to import DB access module", a traceback, exit 1 (the password redacted)
+        ("mysql://u:secret@h/db", "Optuna storage mysql://u:***@h/db cannot be opened"),
+        # sqlalchemy's OperationalError "unable to open database file", a traceback, exit 1
+        ("sqlite:///{tmp}/nodir/s.db", "cannot be opened: unable to open database file"),
+    ],
+)
+def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, fragment):
+    line = refused(
+        "tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"),
+        "--storage", storage.format(tmp=tmp_path),
+        fragments=(fragment.format(tmp=tmp_path),),
+    )  # fmt: skip
+    assert "secret" not in line
+
+
+@pytest.mark.parametrize("option", ["--out", "--storage", "profile --out"])
+def test_a_path_under_a_file_says_the_file_is_not_a_directory(tmp_path, option):
+    # "--out F/k.py: directory F does not exist", of a file F that exists
+    (tmp_path / "f").write_text("x")
+    if option == "profile --out":
+        kernel = REPO / "examples" / "kernels" / "l2norm.py"
+        args = ("nki", "profile", f"{kernel}:l2_normalize", "--input", "a=float32[128,128]", "--out", f"{tmp_path}/f/d")
+    else:
+        args = ("tune", "softmax", "--preset", "small", "--workdir", str(tmp_path / "w"), option, f"{tmp_path}/f/x")
+    refused(*args, fragments=(f"{tmp_path / 'f'} is a file, not a directory",))

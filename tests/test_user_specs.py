@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -311,3 +312,55 @@ def test_variants_not_offered_are_told_apart_by_their_id(tmp_path):
     listed = axon_in_process("variants", "sdpa.py:sdpa", *shape, cwd=tmp_path)
     assert len(ids) > 1 and len(set(ids)) == len(ids), tuned.stdout
     assert set(ids) == set(re.findall(r"^#   id (\w{8})  ", listed.stdout, re.M)), listed.stdout
+
+
+@pytest.mark.slow
+def test_a_report_whose_op_by_op_kernel_does_not_lower_says_so(tmp_path):
+    """One row of 65,536: the fused kernel lowers (rows split), the op-by-op one does not fit SBUF, and
+    the report's "vs unfused" line was missing without a word (its JSON field null)."""
+    (tmp_path / "wide.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N', y='M N')\n"
+        "def wide(x, y):\n    return ax.square(x - y) * 0.5 + ax.maximum(x, y)\n"
+    )
+    done = axon_in_process(
+        "tune", "wide.py:wide", "--shape", "M=1,N=65536", "--dtype", "bfloat16", "--trials", "4", "--quiet",
+        "--no-track", "--cpus", "1", "--workdir", "w", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-800:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("  vs unfused"))
+    assert line.split()[2:] == ["n/a", "(the", "op-by-op", "kernel", "does", "not", "lower", "at", "this", "shape)"]
+
+
+@pytest.mark.slow
+def test_rerunning_a_tune_after_editing_the_spec_tunes_the_new_one(tmp_path):
+    """The study is named by workload, shapes, dtype and hardware: after an edit that changed the knobs'
+    choices, the same command's first ask raised Optuna's ValueError "CategoricalDistribution does not
+    support dynamic value space", a traceback (an upgrade that changes a knob's choices did the same)."""
+    spec = tmp_path / "m.py"
+    elementwise = "    return ax.exp(x) * 2.0\n"
+    softmax = "    e = ax.exp(x - ax.max(x))\n    return e / ax.sum(e)\n"
+    args = ("tune", "m.py:f", "--shape", "M=256,N=512", "--trials", "2", "--quiet", "--no-track", "--json")
+    reports = []
+    for body in (elementwise, softmax, elementwise):
+        spec.write_text(f"import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef f(x):\n{body}")
+        done = axon_in_process(*args, "--cpus", "1", "--workdir", "w", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-800:]
+        reports.append(json.loads(done.stdout))
+    first, edited, back = reports
+    assert edited["study"].startswith(first["study"] + ":space-") and edited["measured"] == 2
+    assert back["study"] == first["study"] and back["resumed"] == 2  # the earlier study goes on where it was
+
+
+def test_a_spec_file_imports_the_files_beside_it_and_only_its_own(tmp_path):
+    """`from helpers import scale` in a spec was "failed to import: No module named 'helpers'" (a kernel
+    file imports its siblings as a script would; a spec file did not); two specs in two directories,
+    each with its own helpers.py, each get theirs."""
+    for name, factor in (("a", 2.0), ("b", 3.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "helpers.py").write_text(f"def scale(x):\n    return x * {factor}\n")
+        (tmp_path / name / "model.py").write_text(
+            "import axon.spec as ax\nfrom helpers import scale\n\n\n@ax.spec(x='M N')\ndef f(x):\n    return scale(x)\n"
+        )
+    shown = [axon_in_process("show", f"{tmp_path / n / 'model.py'}:f", "--shape", "M=4,N=8") for n in "ab"]
+    assert [s.returncode for s in shown] == [0, 0], shown[0].stderr
+    assert "mul(x, 2)" in shown[0].stdout and "mul(x, 3)" in shown[1].stdout, [s.stdout for s in shown]

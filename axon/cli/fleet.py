@@ -9,11 +9,12 @@ import signal
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import click
 
 from axon.cli.common import resolve_workdir, workdir_option
-from axon.errors import SpecError
+from axon.errors import SpecError, StoreError
 from axon.search.fleet import Fleet, pending_sweeps, publish, work
 from axon.search.guards import preflight_sweep
 from axon.search.storage import check_cost_model
@@ -75,13 +76,17 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
     no worker holds; the last to finish writes the summary and retrains the cost model.
     """
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as `tune` and `sweep`, also in the background
-    fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri)
-    sweeps = [sweep_id] if sweep_id else pending_sweeps(fleet)
-    if not sweeps:  # it exited 0 without a word: a worker pointed at the wrong store looked like one that had finished
-        where = "the shared store" if records or storage else fleet.workdir.records  # a URL may hold a password
+    shared = bool(records or storage)
+    where = "the shared store" if shared else Workdir.locate(workdir) / "records.db"  # a URL may hold a password
+    fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri) if shared or Path(where).exists() else None
+    if fleet is None and sweep_id:  # a mistyped --workdir was left behind with empty stores
+        raise StoreError(f"no sweep {sweep_id} in {where}: start it with axon sweep CONFIG --workers N")
+    sweeps = [] if fleet is None else [sweep_id] if sweep_id else pending_sweeps(fleet)
+    if fleet is None or not sweeps:  # it exited 0 without a word: a worker at the wrong store looked finished
         click.echo(
             f"axon worker: no unfinished sweep in {where}: nothing to do (axon sweep CONFIG starts one)", err=True
         )
+        return
     for sweep in sweeps:
         report = work(fleet, sweep, cost_model=cost_model)
         if report is not None:
@@ -121,10 +126,9 @@ def show_report(report: SweepReport, path: object, as_json: bool, fail_on_regres
             f"parent run {report.parent_run_id}"
         )
         for hw, v in report.model_versions.items():
-            click.echo(
-                f"cost model for {hw}: registered version {v} "
-                f"(held-out pairwise accuracy {report.model_accuracy.get(hw)})"
-            )
+            acc = report.model_accuracy.get(hw)  # None printed as "None" where too few records were held out
+            held = "n/a: too few records to hold some out" if acc is None else f"{acc:.3f}"
+            click.echo(f"cost model for {hw}: registered version {v} (held-out pairwise accuracy {held})")
         if report.regressions:
             click.echo(f"REGRESSIONS (> threshold slower than the previous sweep): {', '.join(report.regressions)}")
         click.echo(f"look: axon ui --workdir {path}   |   axon runs --workdir {path}")

@@ -193,13 +193,16 @@ def load_user_kernel(ref: str) -> Any:
     path = ref.rpartition(":")[0] or ref
     try:
         with time_limit(IMPORT_SECONDS):
-            return axon.nki.load_kernel(ref)
+            fn = axon.nki.load_kernel(ref)
     except TimeUp:
         raise NKIError(
             f"{path}: kernel file did not finish importing in {IMPORT_SECONDS:g} s (an endless loop at its top level?)"
         ) from None
     except SystemExit as exc:
         raise NKIError(f"{path}: kernel file called sys.exit({exc.code!r}) while imported") from None
+    if hasattr(fn, "__axon_spec__"):  # its traced ops on the emulator's views: "'View' object has no attribute '_b'"
+        raise NKIError(f"{ref} is an Axon spec (@ax.spec), not an NKI kernel: `axon tune {ref}` writes its kernel")
+    return fn
 
 
 def bounded(ref: str, name: str, run: Callable[[], T]) -> T:

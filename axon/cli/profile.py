@@ -25,6 +25,7 @@ from axon.cli.nki import (
 from axon.cli.spmd import GRID_HELP, launch, parse_grid
 from axon.errors import NKIError
 from axon.nki import run_with_trace
+from axon.search.guards import no_directory
 from axon.sim import simulate
 from axon.target import DEFAULT_HW, load_hw
 
@@ -71,7 +72,7 @@ def profile(
 
     out = Path(out_dir)
     if not out.is_dir() and not out.parent.is_dir():
-        raise NKIError(f"--out {out_dir}: directory {out.parent} does not exist")
+        raise NKIError(f"--out {out_dir}: {no_directory(out.parent)}")
     if not os.access(out if out.is_dir() else out.parent, os.W_OK | os.X_OK):  # was found after the profile ran
         raise NKIError(f"--out {out_dir} is not writable: give a directory you can write")
     spec = load_hw(hw)

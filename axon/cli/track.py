@@ -262,7 +262,8 @@ def _hw_text(param: str) -> str:
 
 
 def _shape_text(param: str) -> str:
-    """The `shapes` param ({"M": 256, "N": 512}) as `--shape` takes it: M=256,N=512."""
+    """The `shapes` param ({"M": 256, "N": 512}) as `--shape` takes it: M=256,N=512 (a family's
+    {"M": [128, 256], "N": 512}: M=128,256,N=512)."""
 
     try:
         bindings = json.loads(param)
@@ -270,4 +271,6 @@ def _shape_text(param: str) -> str:
         return param
     if not isinstance(bindings, dict):
         return param
-    return ",".join(f"{name}={size}" for name, size in bindings.items())
+    return ",".join(
+        f"{name}={','.join(map(str, size)) if isinstance(size, list) else size}" for name, size in bindings.items()
+    )

@@ -3,6 +3,7 @@ them `axon tune` offers (numbered as tune numbers them) or rejects for floating 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -21,7 +22,14 @@ from axon.workloads import get
 @click.command()
 @click.argument("workload")
 @click.option("--depth", default=4, show_default=True, type=click.IntRange(0, 8), help="Maximum moves per variant.")
-@click.option("--timeout", "timeout_s", default=5.0, show_default=True, type=float, help="Seconds per proof.")
+@click.option(  # 0, -1 and nan were taken as 0.05 s without a word
+    "--timeout",
+    "timeout_s",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds per proof, > 0.",
+)
 @click.option("--max-variants", default=200, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--shape", default=None, help="Bind dimensions, e.g. M=4096,K=1024 (proofs stay for all sizes).")
 @click.option("--preset", default="default", show_default=True, help="Shape preset tune's numbering is computed at.")
@@ -42,6 +50,8 @@ def variants(
     N", "-" and the reason when tune does not offer it), with its id (the hash tune's report prints).
     """
 
+    if not math.isfinite(timeout_s):  # nan passes FloatRange's bound (every comparison with it is false)
+        raise click.BadParameter(f"{timeout_s} is not a finite number of seconds", param_hint="'--timeout'")
     w = get(workload)
     dims = parse_shape_option(shape)
     load_hw(hw)  # a wrong --hw or --preset is refused here, not only when the numbering needs it

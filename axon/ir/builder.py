@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from axon.errors import SpecError
-from axon.ir.dims import Dim, shape_str
-from axon.ir.graph import Graph, Node, TensorType, live_nodes
+from axon.ir.dims import Dim, parse_shape, shape_str
+from axon.ir.graph import DTYPES, Graph, Node, TensorType, live_nodes
 from axon.ir.ops import ALL_OPS, BINARY, REDUCTIONS, UNARY
 
 ONE = Dim.const(1)
@@ -74,7 +74,9 @@ def infer_type(
     shapes = [n.type.shape for n in ins]
     if op in UNARY or op == "pow":
         return TensorType(shapes[0], ins[0].type.dtype), attrs
-    if op == "cast":
+    if op == "cast":  # TensorType's own refusal named neither the op nor the spec's line
+        if attrs["dtype"] not in DTYPES:
+            raise _fail(op, where, f"unknown dtype {attrs['dtype']!r}; expected one of {', '.join(DTYPES)}")
         return TensorType(shapes[0], attrs["dtype"]), attrs
     if op in BINARY:
         shape = broadcast_shapes(op, shapes[0], shapes[1], where)
@@ -103,7 +105,11 @@ def infer_type(
             raise _fail(op, where, f"axes {attrs['axes']} are not a permutation for shape {shape_str(shapes[0])}")
         return TensorType(tuple(shapes[0][ax] for ax in axes), ins[0].type.dtype), {**attrs, "axes": axes}
     if op == "reshape":
-        new = tuple(Dim.of(d) for d in attrs["shape"])
+        try:  # "N M" as a spec declares a shape, or a sequence of dimensions
+            given = attrs["shape"]
+            new = parse_shape(given) if isinstance(given, str) else tuple(Dim.of(d) for d in given)
+        except SpecError as exc:  # "cannot parse dimension ' '" without the op or the spec's line
+            raise _fail(op, where, str(exc)) from None
         if _product(new) != _product(shapes[0]):
             raise _fail(op, where, f"cannot reshape {shape_str(shapes[0])} into {shape_str(new)}")
         return TensorType(new, ins[0].type.dtype), {**attrs, "shape": new}

@@ -106,9 +106,8 @@ class Tensor:
         return mean(self, axis, keepdims)
 
     def reshape(self, *shape: Any) -> Tensor:
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        return reshape(self, shape)
+        one = len(shape) == 1 and isinstance(shape[0], (tuple, list, str))  # ("M", "N"), or "M N" as declared
+        return reshape(self, shape[0] if one else shape)
 
     def transpose(self, *axes: int) -> Tensor:
         return transpose(self, axes or None)
@@ -339,7 +338,7 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
 
 
 def reshape(x: Tensor, shape: Sequence[DimLike]) -> Tensor:
-    return _node(x._b, "reshape", [x], shape=tuple(Dim.of(d) for d in shape))
+    return _node(x._b, "reshape", [x], shape=shape if isinstance(shape, str) else tuple(shape))
 
 
 def concatenate(xs: Sequence[Tensor], axis: int = -1) -> Tensor:

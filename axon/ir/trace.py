@@ -92,9 +92,8 @@ def bind_dims(graph: Graph, dims: Mapping[str, int], spec_name: str) -> Graph:
         return graph
     unknown = sorted(set(dims) - graph.symbols)
     if unknown:
-        raise SpecError(
-            f"spec {spec_name} has no dimension {unknown[0]!r}; its dimensions are {', '.join(sorted(graph.symbols))}"
-        )
+        known = f"its dimensions are {', '.join(sorted(graph.symbols))}" if graph.symbols else "it has no dimensions"
+        raise SpecError(f"spec {spec_name} has no dimension {unknown[0]!r}; {known}")  # not "its dimensions are "
     return graph.bind(**dims)
 
 

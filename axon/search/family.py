@@ -79,12 +79,16 @@ class Family:
         ]
         for i, point in enumerate(self.schedules):
             shapes = self.shapes_of(i)
-            lines.append(f"  schedule {i}: {len(shapes)} shapes, {span(shapes)}: {point_key(point)}")
+            lines.append(
+                f"  schedule {i}: {len(shapes)} shapes, {span(shapes, [r.dims for r in self.rows])}: {point_key(point)}"
+            )
         return "\n".join(lines)
 
 
-def span(shapes: Sequence[Mapping[str, int]]) -> str:
-    """`M=256..2048` style text for the shapes of a group (each dimension that varies)."""
+def span(shapes: Sequence[Mapping[str, int]], over: Sequence[Mapping[str, int]] = ()) -> str:
+    """`M=256..2048` style text for the shapes of a group: each dimension that varies in it or in `over`
+    (the whole family's shapes: two schedules serving M=128 and M=256 over N=128..384 were both
+    "N=128..384")."""
     if not shapes:
         return "-"
     parts = []
@@ -92,6 +96,8 @@ def span(shapes: Sequence[Mapping[str, int]]) -> str:
         values = sorted({s[k] for s in shapes})
         if len(values) > 1:
             parts.append(f"{k}={values[0]}..{values[-1]}")
+        elif len({s[k] for s in over}) > 1:
+            parts.append(f"{k}={values[0]}")
     return ",".join(parts) or ",".join(f"{k}={v}" for k, v in shapes[0].items())
 
 

@@ -95,7 +95,8 @@ def write_module(
         "",
     ]
     for i, point in enumerate(family.schedules):
-        lines.append(f"schedule {i}: {span(family.shapes_of(i))}: {json.dumps(point, sort_keys=True)}")
+        served = span(family.shapes_of(i), [r.dims for r in family.rows])
+        lines.append(f"schedule {i}: {served}: {json.dumps(point, sort_keys=True)}")
     lines.append("")
     lines.append("Numerics at each schedule's boundary shapes (emulator vs float64 reference):")
     for c in checks:

@@ -93,7 +93,16 @@ def tune_family(
             request.tracking_uri or request.workdir.tracking_uri,
             None if request.tracking_uri else request.workdir.artifact_root,
         )
-        params = {"workload": w.name, "ranges": dict(family.ranges), "hw": request.hw.name, "dtype": request.dtype}
+        # `shapes` as a tuning run's, each ranged dimension as its list: `axon runs` showed nothing of
+        # the shape, and a dimension the range does not vary (N=256) was recorded nowhere
+        fixed = {k: v for k, v in graph.bindings.items() if k not in ranges}
+        params = {
+            "workload": w.name,
+            "shapes": {**fixed, **{k: list(v) for k, v in family.ranges.items()}},
+            "ranges": dict(family.ranges),
+            "hw": request.hw.name,
+            "dtype": request.dtype,
+        }
         run_id = log_family(tracker, family, checks, plot, params)
     module = write_module(family, problems, out, checks, request.hw.name, run_id)
     if failed:

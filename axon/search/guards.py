@@ -144,7 +144,7 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
     if path.is_dir():
         raise StoreError(f"--out {out} is a directory: give a file path, e.g. {path / (name + '.py')}")
     if not path.parent.is_dir():
-        raise StoreError(f"--out {out}: directory {path.parent} does not exist")
+        raise StoreError(f"--out {out}: {no_directory(path.parent)}")
     if not os.access(path.parent, os.W_OK | os.X_OK) or path.exists() and not os.access(path, os.W_OK):
         # a read-only mount: found when the kernel was written, after the whole tune
         raise StoreError(f"--out {out} is not writable: give a path in a directory you can write")
@@ -153,6 +153,11 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
 
 # Optuna's journal operation codes (optuna.storages.journal._storage.JournalOperation, 0-10)
 JOURNAL_OPS = frozenset(range(11))
+
+
+def no_directory(path: Path) -> str:
+    """Why `path`, not a directory, cannot hold a file: said "directory X does not exist" of a file too."""
+    return f"{path} is a file, not a directory" if path.exists() else f"directory {path} does not exist"
 
 
 def check_journal(path: Path, settle_s: float = 0.2) -> None:
@@ -221,6 +226,7 @@ def preflight_sweep(config: Any, workdir: Workdir) -> None:
         reason := NeuronBackend.available()
     ):  # as `tune --backend neuron`: before any task
         raise BackendError(f"{config.source}: backend 'neuron' cannot run here: {reason}; use backend: sim")
+    machines: dict[str, str] = {}
     for hw, entry in config.tasks():
         try:
             request = TuneRequest.make(
@@ -229,3 +235,10 @@ def preflight_sweep(config: Any, workdir: Workdir) -> None:
             preflight(request)
         except AxonError as exc:
             raise type(exc)(f"{config.source}: entry {entry.key(hw)}: {exc}") from None
+        # tasks are keyed by the machine's name: a second file of the same machine was skipped as done
+        other = machines.setdefault(request.hw.name, hw)
+        if other != hw:
+            raise SpecError(
+                f"{config.source}: field hw: {other!r} and {hw!r} are both hardware {request.hw.name!r} "
+                f"(a sweep keys its tasks by that name): give one of them another name"
+            )

@@ -160,7 +160,10 @@ class LoweredProblem:
         if len(self._lowered_here) > 50_000:
             self._lowered_here.clear()
         self._lowered_here.add(key)
-        index, knobs = self._split(json.loads(key))
+        point = json.loads(key)
+        if not 0 <= int(point.get("variant", 0)) < len(self.spaces):  # a record of the spec before an edit:
+            return f"variant {point.get('variant')} is not one of 0..{len(self.spaces) - 1}"  # was an IndexError
+        index, knobs = self._split(point)
         space = self.spaces[index]
         for k in space.knobs:
             if knobs.get(k.name) not in k.choices:

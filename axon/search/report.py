@@ -63,6 +63,8 @@ class TuneReport:
         for name, ns in (("unfused", self.unfused_ns), ("expert", self.expert_ns)):
             if ns is not None and best:
                 lines.append(f"  vs {name:8s} {us(ns):>14}  speedup {ns / best:5.2f}x")
+            elif name == "unfused" and best:  # the line was missing without a word (M=1, N=65536: SBUF)
+                lines.append(f"  vs {name:8s} {'n/a':>14}  (the op-by-op kernel does not lower at this shape)")
         if best:
             lines.append(f"  roofline {us(self.roofline_ns):>14}  achieved {self.roofline_ns / best:6.1%} of the bound")
         if self.numerics is not None:

@@ -19,7 +19,7 @@ from axon.errors import StoreError
 from axon.lazy import sqlalchemy_exc
 from axon.measure.pgrecords import Backoff, is_postgres_url, reached, redacted, sqlalchemy_url
 from axon.search.costmodel import CostModel
-from axon.search.guards import check_journal, corrupt_journal
+from axon.search.guards import check_journal, corrupt_journal, no_directory
 from axon.track.tracker import load_registered_booster
 from axon.workdir import Workdir
 
@@ -28,9 +28,17 @@ def journal_storage(workdir: Workdir, storage: str | None) -> Any:
     """The Optuna storage: a URL as given, else a journal file (default WORKDIR/optuna.log), checked first."""
     if is_postgres_url(storage):
         return retrying_storage(str(storage))
-    if storage and "://" in storage:
-        return storage
+    if storage and "://" in storage:  # another database Optuna takes, opened here: a missing driver or
+        try:  # directory was a traceback from inside Optuna (ImportError, OperationalError), exit 1
+            return RDBStorage(storage)
+        except (ImportError, ValueError, StorageInternalError, sqlalchemy_exc().SQLAlchemyError) as exc:
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            raise StoreError(
+                f"Optuna storage {redacted(storage)} cannot be opened: {reason[0] if reason else type(exc).__name__}"
+            ) from None
     path = Path(storage) if storage else workdir.journal
+    if not path.parent.is_dir():  # FileNotFoundError from inside Optuna, a traceback
+        raise StoreError(f"Optuna journal {path}: {no_directory(path.parent)}")
     check_journal(path)
     try:
         return JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFlock(str(path))))

@@ -137,7 +137,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
         if extra:
             raise SpecError(f"{file}: unknown field {where}.{extra[0]}")
         shape = raw.get("shape") or {}
-        if not isinstance(shape, dict) or not all(isinstance(v, int) and v > 0 for v in shape.values()):
+        if not isinstance(shape, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in shape.items()
+        ):  # a key YAML reads as a number (`1: 128`) reached the spec as a keyword: a TypeError traceback
             raise SpecError(f"{file}: field {where}.shape must map dimension names to positive integers")
         dtype = str(raw.get("dtype", "float32"))
         if dtype not in KERNEL_DTYPES:  # what `axon tune --dtype` takes (a float8 kernel fails every check)

@@ -1,4 +1,5 @@
-"""The Optuna side of one trial: telling its outcome, and closing it when an exception ends it.
+"""The Optuna side of a trial: telling its outcome, closing it when an exception ends it, and whether
+a stored study can take this search space (`space_clash`: a spec edited since, a knob changed).
 
 A trial asked and never told stays RUNNING in the journal for ever (Optuna cannot tell a dead
 worker's trial from a live one's: two workers may share a study), so the tuner closes every trial
@@ -7,9 +8,12 @@ it asked, also on Ctrl-C or a callback's error (`close_trial`).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from axon.measure.events import TrialLog
@@ -46,3 +50,15 @@ def close_trial(study: Any, trial: Any, log: TrialLog | None, exc: BaseException
         else:
             trial.set_user_attr(INTERRUPTED, f"{type(exc).__name__}: {exc}"[:500])
             study.tell(trial, state=TrialState.FAIL)
+
+
+def space_clash(study: Any, dists: Mapping[str, CategoricalDistribution]) -> bool:
+    """Whether a knob's choices in `study`'s trials are not `dists`' (Optuna would refuse to ask it)."""
+    trials = study.get_trials(deepcopy=False)
+    return any(k in dists and d != dists[k] for t in trials for k, d in t.distributions.items())
+
+
+def space_digest(dists: Mapping[str, CategoricalDistribution]) -> str:
+    """A short name of the search space `dists` (its knobs and their choices)."""
+    text = repr(sorted((k, tuple(map(repr, d.choices))) for k, d in dists.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]

@@ -28,7 +28,7 @@ from axon.search.callbacks import Recorder, Refit
 from axon.search.costmodel import CostModel
 from axon.search.current import CurrentCode
 from axon.search.sampler import CostModelSampler, point_key
-from axon.search.trials import close_trial, interrupted, tell_outcome
+from axon.search.trials import close_trial, interrupted, space_clash, space_digest, tell_outcome
 
 
 @dataclass(frozen=True)
@@ -288,6 +288,18 @@ class Tuner:
             for callback in self.callbacks:
                 callback.on_end(self)
 
+    def _study(self, name: str, sampler: Any) -> Any:
+        try:
+            study = optuna.create_study(
+                study_name=name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True
+            )
+            study.get_trials(deepcopy=False)
+        except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:
+            # a journal whose lines parse but do not replay (truncated between operations, edited,
+            # another Optuna version's): say which file and how to recover, never a replay traceback
+            raise StoreError(_corrupt_storage(self.storage, exc)) from None
+        return study
+
     def _run(self, cfg: TuneConfig, start: float) -> TuneResult:
         sampler = make_sampler(
             cfg.sampler,
@@ -297,16 +309,14 @@ class Tuner:
             lambda p: point_key(p) in self._by_point and self.current(self._by_point[point_key(p)]),
         )
         name = cfg.study_name or f"{self.task}:{cfg.sampler}:seed{cfg.seed}"
-        try:
-            study = optuna.create_study(
-                study_name=name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True
-            )
-            finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))
-        except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:
-            # a journal whose lines parse but do not replay (truncated between operations, edited,
-            # another Optuna version's): say which file and how to recover, never a replay traceback
-            raise StoreError(_corrupt_storage(self.storage, exc)) from None
         dists = self.problem.distributions()
+        study = self._study(name, sampler)
+        # a spec edited since, or an upgrade that changed a knob's choices: Optuna refused the first ask
+        # ("CategoricalDistribution does not support dynamic value space", a traceback); this space gets a
+        # study of its own beside it (a sweep's task too), and the earlier one resumes if the spec goes back
+        if space_clash(study, dists):
+            study = self._study(f"{name}:space-{space_digest(dists)}", sampler)
+        finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))
         logs: list[TrialLog] = []
         counted, outdated = self._split_finished(finished)
         best = min(
@@ -345,7 +355,7 @@ class Tuner:
             self.best(),
             tuple(logs),
             time.perf_counter() - start,
-            name,
+            study.study_name,
             counts["measured"],
             counts["reused"],
             counts["infeasible"] + counts["error"],

@@ -6,13 +6,14 @@ one explicit global of this package; user specs are loaded on demand and never r
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import keyword
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,6 +228,23 @@ def _presets(table: Any, path: str, fn_name: str) -> Mapping[str, Mapping[str, i
 IMPORT_SECONDS = 60.0
 
 
+@contextlib.contextmanager
+def _siblings_importable(folder: str) -> Iterator[None]:
+    """A spec file imports the files beside it, as a script run from there would (`from helpers import
+    norm` was "No module named 'helpers'"); what it imported from there is forgotten afterwards, so the
+    next spec file's own `helpers.py` is not this one's."""
+    before = set(sys.modules)
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        sys.path.remove(folder)
+        for name in set(sys.modules) - before:
+            file = getattr(sys.modules[name], "__file__", None) or ""
+            if os.path.abspath(file).startswith(folder + os.sep):
+                del sys.modules[name]
+
+
 def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     """Load `path.py:function`. Presets come from `PRESETS = {"function": {"default": {...}}}`, if any.
 
@@ -248,7 +266,7 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module
     try:
-        with time_limit(IMPORT_SECONDS):
+        with time_limit(IMPORT_SECONDS), _siblings_importable(os.path.dirname(path)):
             loader_spec.loader.exec_module(module)
     except SpecError as exc:  # an @ax.spec declaration: which file it is in
         raise SpecError(f"spec file {path!r}: {exc}") from None
@@ -258,6 +276,13 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
         ) from None
     except SystemExit as exc:  # sys.exit() at the top level ended the command with its code and nothing said
         raise SpecError(f"spec file {path!r} called sys.exit({exc.code!r}) while imported") from None
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("nki", "neuronxcc"):  # a kernel file, given where a spec goes
+            raise SpecError(
+                f"{path!r} is an NKI kernel file, not a spec (it imports {exc.name}): "
+                "`axon nki run` and `axon nki profile` run kernels; a spec imports axon.spec"
+            ) from None
+        raise SpecError(f"spec file {path!r} failed to import: {type(exc).__name__}: {exc}") from None
     except Exception as exc:  # a user's file failed to import: say where, not a traceback
         raise SpecError(f"spec file {path!r} failed to import: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, fn_name, None)

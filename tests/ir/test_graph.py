@@ -9,7 +9,19 @@ import pytest
 
 import axon.spec as ax
 from axon.errors import SpecError
-from axon.ir import GraphBuilder, TensorType, declare, evaluate, frontend, graph, parse_shape, printer, trace
+from axon.ir import (
+    GraphBuilder,
+    TensorType,
+    declare,
+    evaluate,
+    frontend,
+    graph,
+    parse_shape,
+    printer,
+    reference_case,
+    shape_str,
+    trace,
+)
 from tests.conftest import rel_err
 
 
@@ -162,6 +174,36 @@ def test_bad_reshape_and_axis():
         trace(bad_axis)
 
 
+def test_a_reshape_takes_a_shape_written_as_a_spec_declares_one():
+    """`ax.reshape(x, "N M")` iterated the string: "cannot parse dimension ' '", without the op or line."""
+
+    @ax.spec(x="M N")
+    def by_text(x):
+        return ax.reshape(x, "N M"), x.reshape("M*N"), x.reshape("M", "N/2", 2)
+
+    g = trace(by_text, M=4, N=6)
+    assert [shape_str(g.nodes[o].type.shape) for o in g.outputs] == ["[N, M]", "[M*N]", "[M, N/2, 2]"]
+    x = np.arange(24.0).reshape(4, 6)
+    assert evaluate(g, {"x": x})["out0"].tolist() == x.reshape(6, 4).tolist()
+
+    @ax.spec(x="M N")
+    def typo(x):
+        return ax.reshape(x, "M N$")
+
+    with pytest.raises(SpecError, match=r"^reshape: cannot parse dimension 'N\$' \(at test_graph.py:\d+\)$"):
+        trace(typo, M=4, N=6)
+
+
+def test_a_cast_to_an_unknown_dtype_names_the_op_and_line():
+    # "unknown dtype 'int8'; expected one of ...": neither the op nor the spec's line
+    @ax.spec(x="M N")
+    def to_int(x):
+        return ax.cast(x, "int8")
+
+    with pytest.raises(SpecError, match=r"^cast: unknown dtype 'int8'; expected one of .* \(at test_graph.py:\d+\)$"):
+        trace(to_int, M=4, N=6)
+
+
 def test_evaluate_checks_input_shapes():
     g = trace(proj, M=4, K=3, N=5)
     with pytest.raises(SpecError, match="input 'x' has shape"):
@@ -214,3 +256,28 @@ def test_the_ir_imports_nothing_above_it():
     code = "import json, sys, axon.ir, axon.ir.printer; print(json.dumps([m for m in sys.modules if m[:5] == 'axon.']))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert all(m.startswith(("axon.ir", "axon.errors", "axon.timelimit")) for m in json.loads(out)), out
+
+
+def test_binding_a_spec_without_dimensions_says_it_has_none():
+    # "spec scalar has no dimension 'M'; its dimensions are " (an empty list)
+    @ax.spec(x="")
+    def scalar(x):
+        return ax.exp(x)
+
+    with pytest.raises(SpecError, match=r"^spec scalar has no dimension 'M'; it has no dimensions$"):
+        trace(scalar, M=4)
+
+
+def test_reference_inputs_lie_in_a_declared_range():
+    """A spec's declared range was ignored: sqrt(x - 5) for x in (5, 10) was evaluated on [-1, 1] and on
+    [0.05, 1], every reference element NaN, so the kernel numerics check accepted any output, and
+    `axon check` of log(x), x in (1, 10), said "finite NO"."""
+
+    @ax.spec(x=ax.tensor("M N", range=(5, 10)), y="M N", z=ax.tensor("M N", range=(-100, 100)))
+    def shifted(x, y, z):
+        return ax.sqrt(x - 5.0) + y * z
+
+    g = trace(shifted, M=4, N=8)
+    inputs, expected = reference_case(g)
+    assert 5 <= inputs["x"].min() and inputs["x"].max() <= 10 and np.isfinite(expected["out"]).all()
+    assert -1 <= inputs["y"].min() and inputs["z"].max() <= 1  # the typical [-1, 1], within a wide range

@@ -247,3 +247,11 @@ def test_family_module_dispatches_composite_dimensions_and_names_mismatched_inpu
         module.kernel_file(q[0], c)
     with pytest.raises(TypeError, match=r"expected 2 arrays \(q, c\), got 1"):
         module.kernel_file(q)
+
+
+def test_a_schedule_names_the_dimension_it_is_fixed_at_where_the_family_varies_it():
+    # --shape M=128,256,N=128..384:128: schedules serving M=128 and M=256 were both "N=128..384"
+    shapes = grid({"M": (128, 256), "N": (128, 256, 384)})
+    assert span([s for s in shapes if s["M"] == 128], shapes) == "M=128,N=128..384"
+    assert span(shapes, shapes) == span(shapes) == "M=128..256,N=128..384"
+    assert span([{"M": 128, "N": 256}]) == "M=128,N=256"  # one shape, nothing varies: every dimension

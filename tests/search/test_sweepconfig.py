@@ -5,8 +5,10 @@ import signal
 
 import pytest
 
+from axon.cli.fleet import show_report
 from axon.errors import SpecError
 from axon.measure.neuron import NeuronBackend
+from axon.search.sweep import SweepReport
 from axon.search.sweepconfig import compare, load_sweep
 from tests.conftest import REPO, axon_in_process, refused
 
@@ -98,6 +100,7 @@ def test_sweep_and_worker_stop_on_sigint_when_started_with_it_ignored(tmp_path, 
     monkeypatch.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", started)
     monkeypatch.setattr(importlib.import_module("axon.cli.fleet"), "Fleet", started)
     argv = ["sweep", str(REPO / "configs/sweeps/demo.yaml")] if command == "sweep" else ["worker"]
+    (tmp_path / "records.db").touch()  # a worker opens the store only where one is (else: nothing to do)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         result = axon_in_process(*argv, "--workdir", str(tmp_path))
@@ -127,6 +130,16 @@ def test_a_worker_with_nothing_to_do_says_so(tmp_path):
         f"axon worker: no unfinished sweep in {tmp_path / 'w' / 'records.db'}: nothing to do "
         "(axon sweep CONFIG starts one)"
     )
+    assert not (tmp_path / "w").exists()  # the mistyped --workdir was left behind with an empty records.db
+
+
+def test_a_worker_for_a_sweep_in_a_workdir_never_swept_leaves_nothing_behind(tmp_path):
+    # it made the directory with an empty records.db, mlflow.db and its lock, then said "no sweep x"
+    refused(
+        "worker", "--workdir", str(tmp_path / "w"), "--sweep", "x",
+        fragments=(f"no sweep x in {tmp_path / 'w' / 'records.db'}",),
+    )  # fmt: skip
+    assert not (tmp_path / "w").exists()
 
 
 @pytest.mark.parametrize(
@@ -160,3 +173,36 @@ def test_a_threshold_in_exponent_notation_is_a_number(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("entries: [{workload: matmul}]\nregression_threshold: 2e-2\n")
     assert load_sweep(path).regression_threshold == 0.02
+
+
+def test_a_shape_key_that_is_not_a_name_is_refused_at_load(tmp_path):
+    """`shape: {1: 128}` (YAML reads the key as a number) reached the spec as a keyword: TypeError
+    'keywords must be strings', a traceback, exit 1."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("entries: [{workload: softmax, shape: {1: 128}}]\n")
+    with pytest.raises(SpecError, match=r"entries\[0\]\.shape must map dimension names to positive integers"):
+        load_sweep(path)
+
+
+def test_two_files_of_one_machine_are_refused_before_any_task(tmp_path):
+    """hw: [trn1, configs/hw/trn1.yaml] (or a recalibrated copy keeping `name: trn1`) ran one task and
+    skipped the other as done, since tasks are keyed by the machine's name: '1 tasks', exit 0."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("hw: [trn1, configs/hw/trn1.yaml]\nentries: [{workload: softmax, preset: small}]\ntrials: 1\n")
+    refused(
+        "sweep",
+        str(path),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=("field hw: 'trn1' and 'configs/hw/trn1.yaml' are both hardware 'trn1'",),
+    )
+    assert not (tmp_path / "w" / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("accuracy, shown", [(None, "n/a: too few records to hold some out"), (0.8412, "0.841")])
+def test_the_sweep_summary_prints_the_cost_models_accuracy_as_a_number_or_says_why_not(capsys, accuracy, shown):
+    # a sweep of a few trials per task printed "(held-out pairwise accuracy None)"
+    report = SweepReport("s", "run", (), (), {"trn1": 1}, {"trn1": accuracy}, 1.0)
+    show_report(report, "w", as_json=False, fail_on_regression=False)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("cost model for trn1"))
+    assert line == f"cost model for trn1: registered version 1 (held-out pairwise accuracy {shown})"

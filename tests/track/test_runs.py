@@ -63,3 +63,17 @@ def test_axon_runs_with_a_count_below_one_is_refused(tmp_path, count):
     """MLflow's search raised 'Invalid value 0 for parameter max_results' as a traceback."""
     Tracker.for_workdir(tmp_path)  # an empty store, so the count is what is wrong
     refused("runs", "--workdir", str(tmp_path), "-n", count, fragments=("'-n'", "x>=1"))
+
+
+@pytest.mark.slow
+def test_a_family_run_shows_its_shapes_in_axon_runs(tmp_path):
+    """A family's run had no `shapes` param: its shape cell was empty, and a dimension the range does
+    not vary (N=512 here) was recorded nowhere in the run."""
+    done = axon_in_process(
+        "tune", "rmsnorm", "--preset", "small", "--shape", "M=128..256:128", "--trials", "2", "--quiet",
+        "--workdir", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-800:]
+    listed = axon_in_process("runs", "--workdir", str(tmp_path), "--json")
+    row = json.loads(listed.stdout.splitlines()[0])
+    assert row["name"] == "family rmsnorm" and row["shape"] == "M=128,256,N=512", row

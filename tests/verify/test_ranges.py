@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -74,6 +75,40 @@ def test_a_declared_range_travels_with_the_graph_and_its_variants():
 def test_a_malformed_range_is_a_spec_error(bad):
     with pytest.raises(SpecError, match="range must be two finite numbers"):
         ax.tensor("M N", range=bad)
+
+
+@ax.spec(x=ax.tensor("M N", range=(-1e5, 1e5)))
+def wide_softmax(x):
+    e = ax.exp(x - ax.max(x))
+    return e / ax.sum(e)
+
+
+@pytest.mark.parametrize("dtype, limit", [("float16", 65504.0), ("float32", 1e5)])
+def test_a_declared_range_past_the_dtypes_largest_value_is_held_to_it(dtype, limit):
+    """float16 inputs declared in (-1e5, 1e5) were drawn as inf past 65,504: every row's reference was
+    NaN, so the magnitude, dominant and limit classes passed any kernel (max rel err 0.0)."""
+    g = trace(wide_softmax, M=4, N=8, dtype=dtype)
+    assert input_ranges(g, dtype) == {"x": (-limit, limit)}
+    for cls in RANGE_CLASSES:
+        x = class_inputs(g, input_ranges(g, dtype), cls, "x", dtype)["x"]
+        assert np.isfinite(x).all() and np.isfinite(evaluate(g, {"x": x})["out"]).all(), cls
+
+
+@pytest.mark.parametrize("to", ["float8_e4m3", "float8_e5m2"])
+def test_the_spec_as_written_rounds_at_its_cast_to_float8(to):
+    """ax.cast(..., "float8_e4m3") was computed in float32: the spec as written looked 20x more accurate
+    than any kernel that casts as it asks, so `axon tune` turned every kernel down ("the best kernel does
+    not match the reference (max rel err 4.76e-02, allowed 0.02)")."""
+
+    @ax.spec(x="M N")
+    def to_float8(x):
+        return ax.cast(ax.exp(x), to)
+
+    g = trace(to_float8, M=4, N=64)
+    x = np.linspace(-1, 1, 256).reshape(4, 64)
+    got = evaluate_in(g, {"x": x}, "bfloat16")["out"]
+    assert np.array_equal(got, got.astype(getattr(ml_dtypes, to)).astype(np.float64))  # each a float8 value
+    assert not np.array_equal(got, quantize(np.exp(x), "bfloat16"))
 
 
 def test_an_undeclared_range_is_where_the_spec_as_written_stays_accurate():
