@@ -691,6 +691,19 @@ def test_a_kernel_that_never_returns_is_stopped_with_its_line(tmp_path, monkeypa
     assert any(line.startswith(f"axon: error: endless.py:{n}: ") for n in lines), line
 
 
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_a_kernel_that_takes_the_machines_memory_is_stopped_with_its_line(tmp_path, monkeypatch, command):
+    # an endless loop of loads grows the emulator's trace by about 2 GB a minute: the 900 s limit would
+    # come after the machine's memory was gone (8 GB in 5 min on a busy machine); 40 MB free here
+    cli = importlib.import_module("axon.cli.nki")
+    monkeypatch.setattr(cli, "available_bytes", lambda: 50 * 2**20)
+    (tmp_path / "endless.py").write_text(ENDLESS)
+    args = ("--input", "a=float32[128,512]", *(("--out", str(tmp_path)) if command == "profile" else ()))
+    fragments = ("kernel reload grew this process to", "past 80% of the 0.0 GiB free", "an endless loop")
+    line = refused("nki", command, f"{tmp_path / 'endless.py'}:reload", *args, fragments=fragments)
+    assert any(line.startswith(f"axon: error: endless.py:{n}: ") for n in (19, 20, 21)), line
+
+
 def test_out_in_a_directory_that_is_not_writable_is_refused_before_tuning(tmp_path, monkeypatch):
     # on a read-only mount the kernel's write failed after the whole tune; as root (the tests) a 0o555
     # directory is writable, so the mount's answer to access(2) is given here

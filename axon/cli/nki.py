@@ -27,13 +27,14 @@ from axon.cli.spmd import GRID_HELP, launch, parse_grid, users_file
 from axon.errors import NKIError
 from axon.nki.dtypes import as_dtype
 from axon.target import DEFAULT_HW
-from axon.timelimit import TimeUp, time_limit
+from axon.timelimit import MemoryUp, TimeUp, available_bytes, rss_bytes, time_limit
 from axon.workloads import IMPORT_SECONDS
 
 # a kernel's run from the command line stops after this long (an endless loop in its body hung `nki run`
 # and `nki profile` for ever); the longest AWS tutorial and NKIBench kernel runs in under a minute here
 # (NKIBench's matmul M4096 N12288 K5120, 40 s to run, 51 s to profile, on a loaded machine)
 RUN_SECONDS = 900.0
+MEMORY_SHARE = 0.8  # of the memory free when the kernel starts: more stops it (bounded)
 
 T = TypeVar("T")
 
@@ -208,12 +209,20 @@ def load_user_kernel(ref: str) -> Any:
 def bounded(ref: str, name: str, run: Callable[[], T]) -> T:
     """`run()`, the user's kernel `name` (of FILE.py:FN `ref`) running, stopped after `RUN_SECONDS`:
     NKIError naming the kernel's line (or that of a file of the user's it calls) where it was stopped."""
+    available = available_bytes()
+    ceiling = None if available is None else (rss_bytes() or 0) + int(available * MEMORY_SHARE)
     try:
-        with time_limit(RUN_SECONDS):
+        with time_limit(RUN_SECONDS, ceiling):
             return run()
     except TimeUp as exc:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if users_file(f.filename)]
         where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ref.rpartition(":")[0]
+        if isinstance(exc, MemoryUp):
+            raise NKIError(
+                f"{where}: kernel {name} grew this process to {exc.args[0] / 2**30:.1f} GiB, past {MEMORY_SHARE:.0%} of "
+                f"the {(available or 0) / 2**30:.1f} GiB free when it started: stopped at this line (an endless loop, "
+                "or a kernel too large to emulate on this machine?)"
+            ) from None
         raise NKIError(
             f"{where}: kernel {name} did not return in {RUN_SECONDS:g} s, stopped at this line (an endless loop?)"
         ) from None
