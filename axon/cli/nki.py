@@ -219,9 +219,9 @@ def bounded(ref: str, name: str, run: Callable[[], T]) -> T:
         where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ref.rpartition(":")[0]
         if isinstance(exc, MemoryUp):
             raise NKIError(
-                f"{where}: kernel {name} grew this process to {exc.args[0] / 2**30:.1f} GiB, past {MEMORY_SHARE:.0%} of "
-                f"the {(available or 0) / 2**30:.1f} GiB free when it started: stopped at this line (an endless loop, "
-                "or a kernel too large to emulate on this machine?)"
+                f"{where}: kernel {name} grew this process to {exc.args[0] / 2**30:.1f} GiB, past "
+                f"{MEMORY_SHARE:.0%} of the {(available or 0) / 2**30:.1f} GiB free when it started: stopped at this "
+                "line (an endless loop, or a kernel too large to emulate on this machine?)"
             ) from None
         raise NKIError(
             f"{where}: kernel {name} did not return in {RUN_SECONDS:g} s, stopped at this line (an endless loop?)"
