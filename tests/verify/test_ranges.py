@@ -17,6 +17,7 @@ import axon.spec as ax
 from axon.errors import SpecError
 from axon.ir import evaluate, trace
 from axon.synth import discover_variants
+from axon.synth.discover import discover
 from axon.verify.adversarial import (
     ALL,
     RANGE_CLASSES,
@@ -40,7 +41,10 @@ EXCLUDE = frozenset({"split-tiles"})
 def _variants(graph, depth=1):
     """Once per worker for each (graph, depth): the graphs and variants are frozen values, and
     several tests ask for the same discovery."""
-    return tuple(discover_variants(graph, max_depth=depth, exclude=EXCLUDE))
+    # each proof's Z3 budget is wall-clock (5 s by default): these tests are about ranges, not proof
+    # speed, so a test worker starved for a while must not lose a variant (fuse-reductions went missing
+    # twice in full-suite runs, never when this file ran alone; its proof takes 0.15 s)
+    return tuple(discover_variants(graph, max_depth=depth, exclude=EXCLUDE, timeout_s=60.0))
 
 
 def _moves(v) -> str:
@@ -48,7 +52,13 @@ def _moves(v) -> str:
 
 
 def _only(variants, moves: str):
-    return next(v for v in variants if _moves(v) == moves)
+    found = [v for v in variants if _moves(v) == moves]
+    if not found:  # say what discovery did instead (seen twice in full-suite runs, never alone)
+        graph = variants[0].graph
+        attempts = discover(graph, max_depth=max(len(v.moves) for v in variants) or 1, exclude=EXCLUDE).attempts
+        tried = [(a.move.name, a.result.status, round(a.result.time_s, 3), str(a.result)[:300]) for a in attempts]
+        raise AssertionError(f"no variant {moves!r}: {[_moves(v) for v in variants]}; discovery again: {tried}")
+    return found[0]
 
 
 @ax.spec(x=ax.tensor("M N", range=(-10, 10)))
