@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from axon.workloads import all_workloads, get, identifier, load_spec
-from tests.conftest import axon_in_process
+from tests.conftest import axon_in_process, refused
 
 SPEC = """import axon.spec as ax
 
@@ -364,3 +364,14 @@ def test_a_spec_file_imports_the_files_beside_it_and_only_its_own(tmp_path):
     shown = [axon_in_process("show", f"{tmp_path / n / 'model.py'}:f", "--shape", "M=4,N=8") for n in "ab"]
     assert [s.returncode for s in shown] == [0, 0], shown[0].stderr
     assert "mul(x, 2)" in shown[0].stdout and "mul(x, 3)" in shown[1].stdout, [s.stdout for s in shown]
+
+
+def test_a_spec_whose_presets_lack_default_names_them_when_a_dimension_is_unbound(tmp_path):
+    # it said only "unbound dimension 'K' (also M, N); bind with --shape K=...", as if it had no presets
+    (tmp_path / "nodef.py").write_text(
+        "import axon.spec as ax\n\nPRESETS = {'mm': {'small': {'M': 128, 'K': 256, 'N': 128}}}\n\n"
+        "@ax.spec(x='M K', w='K N')\ndef mm(x, w):\n    return x @ w\n"
+    )
+    line = refused("show", str(tmp_path / "nodef.py:mm"))
+    assert "unbound dimension 'K'" in line and "--preset (small; it has no 'default')" in line, line
+    assert load_spec(f"{tmp_path / 'nodef.py'}:mm").graph("small").bindings  # the preset itself binds

@@ -63,7 +63,17 @@ class Workload:
         """The traced graph at a preset (or only the given dims when `preset` is None)."""
         dims = dict(overrides) if preset is None else self.dims(preset, **overrides)
         graph = bind_dims(trace(self.fn, dtype=dtype, name=self.kernel_name), dims, self.fn.__name__)
-        graph.check_bound()
+        try:
+            graph.check_bound()
+        except SpecError as exc:
+            if preset is None or preset in self.presets or not self.presets:
+                raise
+            # a spec whose PRESETS lacks the one a command defaults to: "unbound dimension 'M'" alone
+            # did not say that it has others
+            names = ", ".join(self.presets)
+            raise SpecError(
+                f"{exc}, or pick one of its presets with --preset ({names}; it has no {preset!r})"
+            ) from None
         return graph
 
     def symbolic(self, dtype: str = "float32") -> Graph:
