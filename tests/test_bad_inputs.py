@@ -835,6 +835,17 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, fragment
     assert "secret" not in line
 
 
+@pytest.mark.parametrize("command", ["sweep", "worker"])
+def test_a_sweep_or_worker_storage_that_cannot_be_opened_is_refused_before_any_task(tmp_path, command):
+    # the sweep published itself, started its MLflow run and failed each task in turn, one line each
+    args = ("sweep", str(REPO / "configs" / "sweeps" / "demo.yaml")) if command == "sweep" else ("worker",)
+    line = refused(
+        *args, "--workdir", str(tmp_path / "w"), "--storage", "mysql://u:secret@127.0.0.1/x",
+        fragments=("Optuna storage mysql://u:***@127.0.0.1/x cannot be opened",),
+    )  # fmt: skip
+    assert "entry" not in line and not (tmp_path / "w" / "mlflow.db").exists()
+
+
 @pytest.mark.parametrize("option", ["--out", "--storage", "profile --out"])
 def test_a_path_under_a_file_says_the_file_is_not_a_directory(tmp_path, option):
     # "--out F/k.py: directory F does not exist", of a file F that exists

@@ -15,9 +15,10 @@ import click
 
 from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import SpecError, StoreError
+from axon.measure.pgrecords import is_postgres_url
 from axon.search.fleet import Fleet, pending_sweeps, publish, work
 from axon.search.guards import preflight_sweep
-from axon.search.storage import check_cost_model
+from axon.search.storage import check_cost_model, journal_storage
 from axon.search.sweep import SweepReport, SweepRow
 from axon.search.sweepconfig import load_sweep
 from axon.workdir import Workdir
@@ -42,6 +43,8 @@ def fleet_sweep(
         parsed = replace(parsed, trials=trials or parsed.trials, sampler=sampler or parsed.sampler)
     fleet = Fleet(path, storage, records, tracking_uri)
     preflight_sweep(parsed, fleet.workdir)
+    if storage:  # opened once here: a storage that cannot be opened failed every task, one after another
+        journal_storage(fleet.workdir, storage)
     check_cost_model(cost_model, parsed.seed, tracking_uri or fleet.workdir.tracking_uri)
     sweep = publish(parsed, fleet)
     command = [sys.executable, "-m", "axon.cli", "worker", "--sweep", sweep, "--workdir", str(path), "--json"]
@@ -79,6 +82,10 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
     shared = bool(records or storage)
     where = "the shared store" if shared else Workdir.locate(workdir) / "records.db"  # a URL may hold a password
     fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri) if shared or Path(where).exists() else None
+    if fleet is not None and storage and not is_postgres_url(storage):
+        # as `sweep`: refused before any task, not once per task (PostgreSQL is waited for and retried
+        # per task; workers started at once there raced to create Optuna's tables)
+        journal_storage(fleet.workdir, storage)
     if fleet is None and sweep_id:  # a mistyped --workdir was left behind with empty stores
         raise StoreError(f"no sweep {sweep_id} in {where}: start it with axon sweep CONFIG --workers N")
     sweeps = [] if fleet is None else [sweep_id] if sweep_id else pending_sweeps(fleet)
