@@ -15,7 +15,6 @@ import click
 
 from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import SpecError, StoreError
-from axon.measure.pgrecords import is_postgres_url
 from axon.search.fleet import Fleet, pending_sweeps, publish, work
 from axon.search.guards import preflight_sweep
 from axon.search.storage import check_cost_model, journal_storage
@@ -82,9 +81,7 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
     shared = bool(records or storage)
     where = "the shared store" if shared else Workdir.locate(workdir) / "records.db"  # a URL may hold a password
     fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri) if shared or Path(where).exists() else None
-    if fleet is not None and storage and not is_postgres_url(storage):
-        # as `sweep`: refused before any task, not once per task (PostgreSQL is waited for and retried
-        # per task; workers started at once there raced to create Optuna's tables)
+    if fleet is not None and storage:  # as `sweep`: refused before any task, not once per task
         journal_storage(fleet.workdir, storage)
     if fleet is None and sweep_id:  # a mistyped --workdir was left behind with empty stores
         raise StoreError(f"no sweep {sweep_id} in {where}: start it with axon sweep CONFIG --workers N")

@@ -184,7 +184,11 @@ def retrying_storage(url: str) -> RDBStorage:
                 sqlalchemy_url(url), engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
             )
         except (sqlalchemy_exc().SQLAlchemyError, StorageInternalError, ValueError) as exc:
-            if reached(url) and backoff.wait():
+            # a server reached before is waited for; so is one that answered that another process was
+            # creating Optuna's tables at the same moment (workers started at once on a new database:
+            # 'duplicate key value violates unique constraint "pg_type_typname_nsp_index"')
+            racing = any(isinstance(e, sqlalchemy_exc().IntegrityError) for e in (exc, exc.__cause__))
+            if (reached(url) or racing) and backoff.wait():
                 continue
             reason = getattr(exc, "orig", None) or exc.__cause__ or exc
             raise StoreError(
