@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from axon import nki
@@ -32,6 +31,7 @@ from axon.verify.adversarial import (
     finite_edge_cases,
     input_ranges,
     joint_ranges,
+    numpy_dtype,
     tolerance,
 )
 
@@ -118,10 +118,7 @@ def _kernel(problem: LoweredProblem, point: dict[str, Any], directory: str | Pat
 
 def _run(fn: Any, problem: LoweredProblem, graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
-    arrays = [
-        inputs[n].astype(np.float32) if problem.dtype == "float32" else _cast(inputs[n], problem.dtype)
-        for n in graph.input_names
-    ]
+    arrays = [inputs[n].astype(numpy_dtype(problem.dtype)) for n in graph.input_names]
     with np.errstate(all="ignore"):  # a kernel's inf and NaN are results, compared against the reference's
         out = nki.run(fn, *arrays, hw=problem.hw)
     outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -276,11 +273,6 @@ def adversarial_check(
 
 
 FINITE_EDGE = "finite-edge"  # the class of `finite_edge_cases`: an input where the spec is barely finite
-
-
-def _cast(x: np.ndarray, dtype: str) -> np.ndarray:
-
-    return x.astype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}.get(dtype, np.float32))
 
 
 def _rebind(variant: Any, dims: dict[str, int]) -> Any:
