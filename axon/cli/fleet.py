@@ -79,7 +79,7 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
     """
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as `tune` and `sweep`, also in the background
     shared = bool(records or storage)
-    where = "the shared store" if shared else Workdir.locate(workdir) / "records.db"  # a URL may hold a password
+    where = "the shared store" if shared else Workdir(Workdir.locate(workdir)).records  # a URL may hold a password
     fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri) if shared or Path(where).exists() else None
     if fleet is not None and storage:  # as `sweep`: refused before any task, not once per task
         journal_storage(fleet.workdir, storage)
