@@ -268,7 +268,11 @@ class Tracker:
             if pid <= 0 or _alive(pid):
                 continue
             last = max((m.timestamp for m in self._last_metrics(r)), default=r.info.start_time)
-            self.client.set_tag(r.info.run_id, "axon.ended", "its process was gone (killed or crashed)")
+            # log_batch, not set_tag: two workers restarted on this host close the same orphan at once,
+            # and MLflow's set_tag then fails one of them on the tag's key (IntegrityError, the worker
+            # exits); its batch insert retries such a clash
+            ended = mlflow().entities.RunTag("axon.ended", "its process was gone (killed or crashed)")
+            self.client.log_batch(r.info.run_id, tags=[ended])
             self.client.set_terminated(r.info.run_id, status="KILLED", end_time=last)
             closed += 1
         return closed

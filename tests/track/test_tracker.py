@@ -241,3 +241,34 @@ def test_a_run_whose_process_died_is_ended_killed_by_the_next_run(tmp_path):
     assert t.client.get_run(orphan).data.tags["axon.ended"].startswith("its process was gone")
     assert status[elsewhere].status == "RUNNING" and status[alive].status == "RUNNING"
     assert t.client.get_run(run.run_id).data.tags["axon.pid"] == str(os.getpid())
+
+
+def test_workers_restarted_together_close_the_same_orphans_without_failing(tmp_path):
+    # two fleet workers restarted on one host both close a killed worker's run; MLflow's set_tag
+    # failed one of them with a UNIQUE constraint on the tag and that worker exited
+    import socket
+    import threading
+
+    t = Tracker.for_workdir(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    tags = {"axon.host": socket.gethostname(), "axon.pid": str(dead.pid)}
+    orphans = [t.client.create_run(t.experiment_id, tags=tags).info.run_id for _ in range(16)]
+    trackers = [Tracker.for_workdir(tmp_path) for _ in range(4)]
+    start = threading.Barrier(len(trackers))
+    errors: list[BaseException] = []
+
+    def close(tracker: Tracker) -> None:
+        start.wait()
+        try:
+            tracker.close_orphans()
+        except Exception as exc:  # noqa: BLE001 - the test reports whatever a worker would have died of
+            errors.append(exc)
+
+    threads = [threading.Thread(target=close, args=(tr,)) for tr in trackers]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert {t.client.get_run(i).info.status for i in orphans} == {"KILLED"}
