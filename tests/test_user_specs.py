@@ -375,3 +375,16 @@ def test_a_spec_whose_presets_lack_default_names_them_when_a_dimension_is_unboun
     line = refused("show", str(tmp_path / "nodef.py:mm"))
     assert "unbound dimension 'K'" in line and "--preset (small; it has no 'default')" in line, line
     assert load_spec(f"{tmp_path / 'nodef.py'}:mm").graph("small").bindings  # the preset itself binds
+
+
+def test_presets_not_keyed_by_function_name_say_how_they_are_keyed(tmp_path):
+    # PRESETS = {"default": {...}} (no function name first) was read as no presets for `mm`, and the
+    # user saw only "unbound dimension 'K' (also M, N); bind with --shape K=..."
+    body = "\n\n@ax.spec(x='M K', w='K N')\ndef mm(x, w):\n    return x @ w\n"
+    flat = "PRESETS = {'default': {'M': 256, 'K': 512, 'N': 1000}, 'small': {'M': 128, 'K': 128, 'N': 128}}"
+    (tmp_path / "flat.py").write_text("import axon.spec as ax\n" + flat + body)
+    line = refused("show", str(tmp_path / "flat.py:mm"))
+    assert "PRESETS is keyed by function name first" in line and "{'mm': {'default': ..., 'small': ...}}" in line
+    # presets of the file's other functions only: `mm` has none, the unbound dimension is the message
+    (tmp_path / "other.py").write_text("import axon.spec as ax\nPRESETS = {'other': {}}" + body)
+    assert "unbound dimension" in refused("show", str(tmp_path / "other.py:mm"))

@@ -217,6 +217,14 @@ def _presets(table: Any, path: str, fn_name: str) -> Mapping[str, Mapping[str, i
         raise SpecError(
             f"spec file {path!r}: PRESETS must be a dict of function names to presets, got {type(table).__name__}"
         )
+    flat = table and all(
+        isinstance(v, Mapping) and v and all(isinstance(s, int) for s in v.values()) for v in table.values()
+    )
+    if fn_name not in table and flat:  # {"default": {"M": 256}}: presets of no function, the spec's dims unbound
+        raise SpecError(
+            f"spec file {path!r}: PRESETS is keyed by function name first: "
+            f"PRESETS = {{{fn_name!r}: {{{', '.join(f'{k!r}: ...' for k in table)}}}}}"
+        )
     presets = table.get(fn_name, {})
     if not isinstance(presets, Mapping):
         raise SpecError(f"spec file {path!r}: PRESETS[{fn_name!r}] must map preset names to shapes")
