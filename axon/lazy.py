@@ -8,6 +8,7 @@ stores on PostgreSQL. The Neuron SDK exists only on a Trainium instance.
 from __future__ import annotations
 
 import logging
+import sys
 from types import ModuleType
 
 
@@ -22,8 +23,20 @@ def mlflow() -> ModuleType:
     return mlflow
 
 
+# Set by the `axon` command, whose process is its own: XGBoost is then imported without scikit-learn.
+# Its scikit-learn API imports scikit-learn and SciPy's statistics, 0.75 s of CPU in every process that
+# trains or reads a cost model; Axon uses `Booster` only. A program that imports Axon keeps XGBoost whole.
+COMMAND_PROCESS = False
+
+
 def xgboost() -> ModuleType:
-    import xgboost  # lazy: a 2 s import, paid only when a cost model is trained, asked or logged
+    if COMMAND_PROCESS and "xgboost" not in sys.modules and "sklearn" not in sys.modules:
+        sys.modules["sklearn"] = None  # type: ignore[assignment]  # makes `import sklearn` an ImportError
+        try:
+            import xgboost  # lazy: a 1 s import, paid only when a cost model is trained, asked or logged
+        finally:
+            del sys.modules["sklearn"]
+    import xgboost  # lazy: as above
 
     return xgboost
 

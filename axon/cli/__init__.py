@@ -15,6 +15,7 @@ import sys
 import click
 import numpy as np
 
+from axon import lazy
 from axon.cli.common import dtype_option, preset_option, shape_option, spec_graph
 from axon.cli.fleet import worker
 from axon.cli.nki import nki
@@ -115,6 +116,7 @@ cli.add_command(runs)
 
 def main(argv: list[str] | None = None) -> None:
 
+    lazy.COMMAND_PROCESS = True
     for noisy in ("mlflow", "alembic"):  # schema-migration chatter is not for the terminal
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
