@@ -4,10 +4,12 @@ caught, and the only imports inside functions are the heavy optional libraries, 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,28 @@ def test_the_cli_imports_no_heavy_or_optional_library():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_command_loads_xgboost_without_scikit_learn_and_a_program_keeps_it_whole():
+    """The `axon` command (axon.lazy.COMMAND_PROCESS) trains and saves boosters with XGBoost imported
+    without scikit-learn, whose import it would otherwise pay in every process; scikit-learn imports
+    fine afterwards. A program that imports Axon gets XGBoost as XGBoost imports itself."""
+    code = (
+        "import json, sys, numpy as np, axon.lazy as lazy\n"
+        "lazy.COMMAND_PROCESS = sys.argv[1] == 'command'\n"
+        "xgb = lazy.xgboost()\n"
+        "loaded = 'sklearn' in sys.modules\n"
+        "b = xgb.train({'nthread': 1}, xgb.DMatrix(np.arange(8.0).reshape(4, 2), label=np.arange(4.0)), 2)\n"
+        "b.save_model(sys.argv[2])\n"
+        "import sklearn\n"
+        "print(json.dumps([loaded, xgb.Booster(model_file=sys.argv[2]).num_boosted_rounds()]))"
+    )
+    for kind, expected in (("command", [False, 2]), ("program", [True, 2])):
+        with tempfile.TemporaryDirectory() as d:
+            argv = [sys.executable, "-c", code, kind, str(Path(d) / "m.json")]
+            out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == expected, (kind, out.stdout)
 
 
 def test_no_module_of_the_package_is_over_400_lines():
