@@ -13,7 +13,7 @@ from axon.ir import Node
 from axon.ir.ops import BINARY, UNARY
 from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
 from axon.lower.roles import LoweringError
-from axon.lower.state import ACT, ALU, REDUCE, LoweringState, View, for_j, hbm_ref, is_scratch, j_off, rows_expr
+from axon.lower.state import ACT, ALU, REDUCE, LoweringState, View, for_c, for_j, hbm_ref, is_scratch, j_off, rows_expr
 
 
 def out_dtype(st: LoweringState, node: Node) -> str:
@@ -139,9 +139,7 @@ def load_transposed(st: LoweringState, node: Node) -> list[Stmt]:
     x = g.nodes[node.inputs[0]]
     xshape = g.concrete_shape(x.id)
     f = g.concrete_shape(node.id)[-1]  # = rows of X
-    cs = min(st.pmax, f)
-    if f % cs:
-        raise LoweringError(f"{g.name}: transpose of {x.attr('name')}: {f} rows not a multiple of {cs}")
+    cs = min(st.pmax, f)  # X's rows in chunks of cs, a last narrower chunk peeled (`for_c`)
     v = new_view(st, node)
     bmap = st.roles.bmap[x.id]
     use_dma = st.knobs["transpose"] == "dma"
@@ -149,30 +147,26 @@ def load_transposed(st: LoweringState, node: Node) -> list[Stmt]:
         raw = st.tile(f"{x.attr('name')}_raw", cs, st.tm, x.type.dtype)
         pt = st.tile("transpose_psum", st.pmax, st.bank, x.type.dtype, "psum")  # nc_transpose: dst dtype = data's
 
-    def body(j: Expr) -> list[Stmt]:
-        c0 = Expr.of(Affine.of("i_c") * cs)
-        src = hbm_ref(st, x.attr("name"), bmap, c0, cs, rows_expr(st, j), st.tm, xshape)
-        dst = tile_ref(v.tensor, 0, st.tm, v.base + _joff(j, f) + c0, cs)
+    def chunk(j: Expr, c0: Expr, rows: int) -> list[Stmt]:
+        src = hbm_ref(st, x.attr("name"), bmap, c0, rows, rows_expr(st, j), st.tm, xshape)
+        dst = tile_ref(v.tensor, 0, st.tm, v.base + j_off(j, f) + c0, rows)
         if use_dma:
-            inner = [TileInstr("dma_transpose", "dma", dst, (("src", src),), f"{x.attr('name')} transposed by DMA")]
-        else:
-            inner = [
-                TileInstr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, st.tm), (("src", src),)),
-                TileInstr(
-                    "nc_transpose",
-                    "tensor",
-                    tile_ref(pt.name, 0, st.tm, 0, cs),
-                    (("data", tile_ref(raw.name, 0, cs, 0, st.tm)),),
-                ),
-                TileInstr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, st.tm, 0, cs)),)),
-            ]
-        return [TileLoop("i_c", f // cs, tuple(inner), "transpose_chunk")]
+            return [TileInstr("dma_transpose", "dma", dst, (("src", src),), f"{x.attr('name')} transposed by DMA")]
+        return [
+            TileInstr("dma_copy", "dma", tile_ref(raw.name, 0, rows, 0, st.tm), (("src", src),)),
+            TileInstr(
+                "nc_transpose",
+                "tensor",
+                tile_ref(pt.name, 0, st.tm, 0, rows),
+                (("data", tile_ref(raw.name, 0, rows, 0, st.tm)),),
+            ),
+            TileInstr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, st.tm, 0, rows)),)),
+        ]
+
+    def body(j: Expr) -> list[Stmt]:
+        return for_c(f, cs, lambda c0, rows: chunk(j, c0, rows), "transpose_chunk")
 
     return for_j(st, body)
-
-
-def _joff(j: Expr, stride: int) -> Expr:
-    return j_off(j, stride)
 
 
 def lower_node(st: LoweringState, node: Node) -> list[Stmt]:

@@ -22,7 +22,7 @@ from axon.lower.engines import offload_tensor_scalars
 from axon.lower.fold import fold_pass, folded_rows, split_graph, split_refs
 from axon.lower.fused import lower_group, plan_groups
 from axon.lower.knobmemo import remembered, tree_of
-from axon.lower.matmul import lower_matmul, prepare_weights
+from axon.lower.matmul import lower_matmul
 from axon.lower.matsum import (
     is_sum,
     is_term,
@@ -49,6 +49,7 @@ from axon.lower.program import (
 from axon.lower.roles import LoweringError, classify
 from axon.lower.skew import skew
 from axon.lower.state import LoweringState, Rejected, View, for_j, hbm_ref, is_scratch, rows_expr
+from axon.lower.weights import prepare_weights
 
 KNOB_DEFAULTS: dict[str, Any] = dict(
     fusion="fused",

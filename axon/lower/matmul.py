@@ -4,150 +4,21 @@ out[rows, N] = A[rows, K] @ W[K, N] becomes, per n tile and row tile j, nc_matmu
 K tiles in one PSUM bank: stationary = A^T[k tile, rows] and moving = W[k tile, n tile]. A^T comes
 from a DMA of an HBM input already laid out [K, M] (no transpose), a DMA transpose, or a TensorE
 transpose of an on-chip tile; W is streamed per (k, n) tile through `bufs` rotating buffers or
-kept resident per batch; a transposed weight (k.T in attention) is built once per batch.
+kept resident per batch; a transposed weight (k.T in attention) is built once per batch
+(`axon.lower.weights`).
 The first K tile is peeled so that it starts the accumulation group (`accumulate=False`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
 
 from axon.ir import Node
 from axon.lower.elementwise import new_view, out_dtype
 from axon.lower.fused import fusable_evacuation, prepare_group
 from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
-from axon.lower.roles import Weight
-from axon.lower.state import LoweringState, Rejected, for_j, hbm_ref, j_off, rows_expr
-
-_MIN_TILE_K = 16  # the smallest contraction tile taken for a contraction tile_k does not divide
-
-
-def _dims(st: LoweringState, node: Node) -> tuple[int, int, int, int]:
-    g = st.graph
-    k = g.concrete_shape(node.inputs[0])[-1]
-    n = g.concrete_shape(node.id)[-1]
-    tk = min(int(st.knobs["tile_k"]), k, st.pmax)
-    if k % tk:  # a contraction tile_k does not divide (K=200): the largest tile below it that does (100)
-        tk = max(d for d in range(1, tk + 1) if k % d == 0)
-        if tk < _MIN_TILE_K:  # K=1021 in tiles of 1: correct, and slower than a padded K by far
-            raise Rejected(
-                f"tile_k: contraction {k} of %{node.id} has no divisor from {_MIN_TILE_K} to "
-                f"{min(int(st.knobs['tile_k']), st.pmax)}: pad it to a multiple of 64"
-            )
-    return k, n, tk, k // tk
-
-
-def _weight_dtype(st: LoweringState, w: Weight) -> str:
-    return st.graph.input(w.input).type.dtype
-
-
-def prepare_weights(st: LoweringState, mm: int) -> list[Stmt]:
-    """Per-batch weight preparation (resident or transposed weights); nothing for streamed ones."""
-    g = st.graph
-    node = g.nodes[mm]
-    w = st.roles.weight[mm]
-    k, n, tk, nk = _dims(st, node)
-    plans = st.__dict__.setdefault("wplan", {})
-    dt = _weight_dtype(st, w)
-    src_shape = g.concrete_shape(g.input(w.input).id)
-    scale = _scale_column(st, mm, w, k, tk, nk)
-    if not w.transposed and st.knobs["weights"] != "resident":
-        plans[mm] = ("stream", None)
-        return scale
-    res = st.tile(f"{w.input}_resident", tk, nk * n, dt)
-    plans[mm] = ("resident", res.name)
-    if not w.transposed:
-        kt = Affine.of("i_k")
-        tile = tile_ref(res.name, 0, tk, Expr.of(kt * n), n)
-        body: tuple[Stmt, ...] = (
-            TileInstr(
-                "dma_copy",
-                "dma",
-                tile,
-                (("src", hbm_ref(st, w.input, w.bmap, Expr.of(kt * tk), tk, 0, n, src_shape)),),
-                f"{w.input} resident",
-            ),
-        ) + _scaled(st, mm, tile, Expr.of(kt))
-        return scale + [TileLoop("i_k", nk, body, "weight_k")]
-    # W = Y.T with Y [.., N, K] in HBM: chunks of <= 128 rows of Y become columns of W
-    cs = min(st.pmax, n)
-    if n % cs:
-        raise Rejected(f"transpose: {n} rows of {w.input} are not a multiple of {cs}")
-    c, kt = Affine.of("i_c"), Affine.of("i_k")
-    dst = tile_ref(res.name, 0, tk, Expr.of(kt * n) + c * cs, cs)
-    src = hbm_ref(st, w.input, w.bmap, Expr.of(c * cs), cs, Expr.of(kt * tk), tk, src_shape)
-    if st.knobs["transpose"] == "dma":
-        inner: list[Stmt] = [TileInstr("dma_transpose", "dma", dst, (("src", src),), f"{w.input}.T by DMA")]
-    else:
-        raw = st.tile(f"{w.input}_chunk", cs, tk, dt)
-        pt = st.tile("wT_psum", st.pmax, st.bank, dt, "psum")  # nc_transpose: PSUM in the data's dtype
-        inner = [
-            TileInstr("dma_copy", "dma", tile_ref(raw.name, 0, cs, 0, tk), (("src", src),)),
-            TileInstr(
-                "nc_transpose",
-                "tensor",
-                tile_ref(pt.name, 0, tk, 0, cs),
-                (("data", tile_ref(raw.name, 0, cs, 0, tk)),),
-                f"{w.input}.T on TensorE",
-            ),
-            TileInstr("tensor_copy", "vector", dst, (("src", tile_ref(pt.name, 0, tk, 0, cs)),)),
-        ]
-    out = scale + [TileLoop("i_c", n // cs, (TileLoop("i_k", nk, tuple(inner), "weight_k"),), "weight_chunk")]
-    if w.scale is not None:
-        kt = Affine.of("i_k")
-        out.append(
-            TileLoop(
-                "i_k", nk, _scaled(st, mm, tile_ref(res.name, 0, tk, Expr.of(kt * n), n), Expr.of(kt)), "weight_scale"
-            )
-        )
-    return out
-
-
-def _scale_column(st: LoweringState, mm: int, w: Weight, k: int, tk: int, nk: int) -> list[Stmt]:
-    """Load the [K] scale of a scaled weight as one column per K tile: g_col[p, t] = g[t * tk + p]."""
-    if w.scale is None:
-        return []
-    col = st.tile(f"{w.scale}_col", tk, nk, st.graph.input(w.scale).type.dtype)
-    st.__dict__.setdefault("wscale", {})[mm] = col.name
-    kt = Affine.of("i_k")
-    src = Ref(w.scale, ((Expr.of(kt * tk), tk), (Expr.of(0), 1)), (k, 1))
-    return [
-        TileLoop(
-            "i_k",
-            nk,
-            (
-                TileInstr(
-                    "dma_copy",
-                    "dma",
-                    tile_ref(col.name, 0, tk, Expr.of(kt), 1),
-                    (("src", src),),
-                    f"{w.scale} as one column per K tile",
-                ),
-            ),
-            "scale_k",
-        )
-    ]
-
-
-def _scaled(st: LoweringState, mm: int, tile: Ref, kt: Expr) -> tuple[Stmt, ...]:
-    """Row k of a weight K tile times its scale (a per-partition operand), in place; nothing unscaled."""
-    col = st.__dict__.get("wscale", {}).get(mm)
-    if col is None:
-        return ()
-    return (
-        TileInstr(
-            "tensor_scalar",
-            "vector",
-            tile,
-            (
-                ("data", tile),
-                ("op0", "nl.multiply"),
-                ("operand0", tile_ref(col, 0, cast(int, tile.index[0][1]), kt, 1)),
-            ),
-            "scale the weight's rows",
-        ),
-    )
+from axon.lower.state import LoweringState, for_j, hbm_ref, j_off, rows_expr
+from axon.lower.weights import dims, scaled, weight_dtype
 
 
 def n_tiling(st: LoweringState, n: int) -> tuple[int, int, int, int, int, int]:
@@ -171,7 +42,7 @@ def _stationary(st: LoweringState, node: Node, dt: str) -> list[Stmt]:
     a = node.inputs[0]
     if a in st.transposed:
         return []
-    k, _, tk, nk = _dims(st, node)
+    k, _, tk, nk = dims(st, node)
     tm = st.tm
     role = st.roles.role[a]
     src_node = g.nodes[g.nodes[a].inputs[0]] if role == "rowT" else g.nodes[a]
@@ -226,9 +97,9 @@ def _stationary(st: LoweringState, node: Node, dt: str) -> list[Stmt]:
 def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
     g = st.graph
     w = st.roles.weight[node.id]
-    k, n, tk, nk = _dims(st, node)
+    k, n, tk, nk = dims(st, node)
     tm, mb = st.tm, st.mb
-    wdt = _weight_dtype(st, w)
+    wdt = weight_dtype(st, w)
     out: list[Stmt] = _stationary(st, node, wdt)
     st.__dict__["stationary_len"] = len(out)  # where the row block's preparation ends (`axon.lower.skew`)
     aT = st.transposed[node.inputs[0]]
@@ -302,7 +173,7 @@ def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
             moving = tile_ref(wt.name, 0, tk, rotation(nvar, kt, tn), width)
             src = hbm_ref(st, w.input, w.bmap, _scale(kt, tk), tk, n0, width, w_shape)
             stmts.append(TileInstr("dma_copy", "dma", moving, (("src", src),), f"{w.input} tile"))
-            stmts.extend(_scaled(st, node.id, moving, kt))
+            stmts.extend(scaled(st, node.id, moving, kt))
         else:
             moving = tile_ref(res, 0, tk, _scale(kt, n) + n0, width)
         return stmts + matmuls(lambda j: ps_ref(nvar, j, width), moving, kt, first)
@@ -359,7 +230,7 @@ def lower_matmul(st: LoweringState, node: Node) -> list[Stmt]:
                 stmts.append(
                     TileInstr("dma_copy", "dma", block, (("src", src),), f"{w.input} block of {group} n tiles")
                 )
-                stmts.extend(_scaled(st, node.id, block, kt))
+                stmts.extend(scaled(st, node.id, block, kt))
                 moving = tile_ref(wt.name, 0, tk, rot + _scale(gi, tn), tn)
             else:
                 moving = tile_ref(res, 0, tk, _scale(kt, n) + gn0 + _scale(gi, tn), tn)

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 from axon.ir import Graph, Node
 from axon.lower.elementwise import new_view, out_dtype
-from axon.lower.matmul import _dims, _scale, _scaled, _stationary, _weight_dtype, n_tiling
+from axon.lower.matmul import _scale, _stationary, n_tiling
 from axon.lower.program import Affine, Expr, Ref, Stmt, TileInstr, TileLoop, tile_ref
 from axon.lower.roles import Roles, classify
 from axon.lower.state import LoweringState, for_j, hbm_ref, j_off, rows_expr
+from axon.lower.weights import dims, scaled, weight_dtype
 
 
 def shared_sums(graph: Graph, roles: Roles | None = None) -> dict[int, tuple[int, int]]:
@@ -97,14 +98,14 @@ def lower_transposed_product(st: LoweringState, node: Node) -> list[Stmt]:
     g = st.graph
     consumer = g.nodes[st.__dict__["tproducts"][node.id]]
     w = st.roles.weight[node.id]
-    wdt = _weight_dtype(st, w)
+    wdt = weight_dtype(st, w)
     out = _stationary(st, node, wdt)  # X^T, unless an earlier product made it
     x = node.inputs[0]
     x_t, x_base = st.transposed[x], st.__dict__["tbase"][x]
-    _, r, tk, nk = _dims(st, node)
-    _, _, rk, nr = _dims(st, consumer)  # the consumer's contraction tile: the rows of each result
+    _, r, tk, nk = dims(st, node)
+    _, _, rk, nr = dims(st, consumer)  # the consumer's contraction tile: the rows of each result
     tm, mb = st.tm, st.mb
-    dt = _weight_dtype(st, st.roles.weight[consumer.id])
+    dt = weight_dtype(st, st.roles.weight[consumer.id])
     t_t = st.tile(f"t{node.id}_T", rk, mb * nr * tm, dt)
     st.transposed[node.id] = t_t.name
     st.__dict__.setdefault("tbase", {})[node.id] = Expr.of(0)
@@ -155,7 +156,7 @@ def lower_term(st: LoweringState, node: Node) -> list[Stmt]:
     """A product of a shared sum, where it stands in the graph: only its stationary tiles (its
     row operand transposed now, while that operand is live; the sum runs the contraction)."""
     w = st.roles.weight[node.id]
-    return _stationary(st, node, _weight_dtype(st, w))
+    return _stationary(st, node, weight_dtype(st, w))
 
 
 @dataclass(frozen=True)
@@ -178,12 +179,10 @@ def lower_sum(st: LoweringState, node: Node) -> list[Stmt]:
     terms = []
     for t in st.__dict__["sums"][node.id]:
         mm = g.nodes[t]
-        _, _, tk, nk = _dims(st, mm)
+        _, _, tk, nk = dims(st, mm)
         kind, res = st.__dict__["wplan"][t]
         w = st.roles.weight[t]
-        src = (
-            res if kind == "resident" else st.tile(f"{w.input}_tile", tk, bufs * group * tn, _weight_dtype(st, w)).name
-        )
+        src = res if kind == "resident" else st.tile(f"{w.input}_tile", tk, bufs * group * tn, weight_dtype(st, w)).name
         a = mm.inputs[0]
         terms.append(_Term(mm, st.transposed[a], st.__dict__["tbase"][a], tk, nk, kind, src))
     ntiles = pbufs * mb * group
@@ -221,7 +220,7 @@ def lower_sum(st: LoweringState, node: Node) -> list[Stmt]:
             w_shape = g.concrete_shape(g.input(w.input).id)
             src = hbm_ref(st, w.input, w.bmap, _scale(kt, t.tk), t.tk, n0, span, w_shape)
             stmts.append(TileInstr("dma_copy", "dma", block, (("src", src),), f"{w.input} tile"))
-            stmts.extend(_scaled(st, t.node.id, block, kt))
+            stmts.extend(scaled(st, t.node.id, block, kt))
 
             def moving(gi: Expr) -> Ref:
                 return tile_ref(t.source, 0, t.tk, rot + _scale(gi, width), width)

@@ -147,3 +147,11 @@ def for_j(st: LoweringState, body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
 
 def is_scratch(name: str) -> bool:
     return name[0] == "t" and name[1:].isdigit()
+
+
+def for_c(n: int, cs: int, body: Callable[[Expr, int], list[Stmt]], label: str) -> list[Stmt]:
+    """`body(start, size)` over `n` rows in chunks of `cs` (loop `i_c`), and a last narrower chunk of
+    the n mod cs rows left (N=1000: 7 of 128, then 104), peeled at its true size."""
+    full, tail = divmod(n, cs)
+    out: list[Stmt] = [TileLoop("i_c", full, tuple(body(Expr.of(Affine.of("i_c") * cs), cs)), label)]
+    return out + body(Expr.of(full * cs), tail) if tail else out

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import axon.nki
-from axon.ir import max_rel_error, reference_case
+import axon.spec as ax
+from axon.ir import max_rel_error, reference_case, trace
 from axon.lower import Rejected, lower
 from axon.lower.attention import match_attention
 from axon.lower.emit import emit
@@ -21,6 +22,7 @@ from axon.search.problem import LoweredProblem
 from axon.search.variants import verified_variants
 from axon.target import load_hw
 from axon.workloads import get
+from axon.workloads.specs import _attention
 
 from .conftest import TOL
 
@@ -214,3 +216,81 @@ def test_rmsnorm_of_q_and_k_runs_inside_the_nest(dtype):
     res = axon.nki.run(src, *[x[t.name] for t in prog.inputs], hw=HW)
     assert max_rel_error({"out": np.asarray(res, np.float64)}, ref) <= TOL[dtype]
     assert "nl.rsqrt" in src and "gq_col" in src
+
+
+RAGGED_POINTS = [
+    {},
+    {"kv_chunk": 256, "scores_copy": "psum", "pv_lag": 0, "attn_pipeline": 1},
+    {"kv_chunk": 256, "p_evac": "alternate", "attn_pipeline": 3, "attn_store": "block"},
+    {"p_evac": "scalar", "attn_store": "block", "scores_copy": "sbuf"},
+]
+
+
+@pytest.mark.parametrize("S", [1100, 200, 1])
+@pytest.mark.parametrize("point", RAGGED_POINTS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+def test_sequence_lengths_not_multiples_of_128_end_in_a_partial_tile(S, point):
+    """S=1100: rows in order, one DMA per tile, the last tile 76 rows. A partial query tile is
+    computed over all partitions (its other rows zero, never stored); a partial key tile ends the
+    last chunk's scores, its P.T and P @ V over 76 keys. The nest rejected every such S."""
+    if point.get("kv_chunk", 512) > S and point.get("kv_chunk") is not None:
+        pytest.skip("the same kernel as kv_chunk 512")
+    v = _hoisted("attention", "float32", H=1, S=S, D=64)
+    prog, src, x, out, got, ref = _run(v, point, "float32")
+    assert max_rel_error(out, ref) <= TOL["float32"]
+    assert max_rel_error(got, ref) <= TOL["float32"]
+    last = S // 128 * 128
+    assert f"q[i_b0, {last}:{S}, 0:64]" in src and f"out[i_b0, {last}:{S}, 0:64]" in src
+
+
+@pytest.mark.parametrize("Q,S", [(256, 300), (300, 256), (130, 1000)])
+def test_queries_and_keys_of_other_lengths_each_end_in_their_own_partial_tile(Q, S):
+    """Cross attention: a partial tile on one side only (whole tiles keep the one-DMA layout)."""
+
+    @ax.spec(q="H Q D", k="H S D", v="H S D")
+    def cross(q, k, v):
+        return _attention(q, k, v)
+
+    g = trace(cross, H=2, Q=Q, S=S, D=64)
+    v = next(v for v in verified_variants(g) if match_attention(normalize(v.graph)) is not None)
+    prog, src, x, out, got, ref = _run(v, {"kv_chunk": 256, "attn_store": "block"}, "float32")
+    assert max_rel_error(got, ref) <= TOL["float32"]
+
+
+@pytest.mark.parametrize("name", ["attention", "gqa_attention", "qknorm_attention"])
+def test_a_partial_tile_in_bfloat16_and_in_the_other_attention_workloads(name):
+    dims = {"KV": 2, "G": 2} if name == "gqa_attention" else {"H": 2}
+    g = get(name).graph("default", dtype="bfloat16", S=200, D=64, **dims)
+    prog = lower(g, {"softmax": "online"}, HW)
+    src = emit(prog)
+    assert "attention: online softmax" in src
+    x, ref = reference_case(g)
+    res = axon.nki.run(src, *[x[t.name] for t in prog.inputs], hw=HW)
+    assert max_rel_error({"out": np.asarray(res, np.float64)}, ref) <= TOL["bfloat16"]
+
+
+def test_a_dominant_key_in_the_partial_last_tile_goes_through_the_running_max():
+    """Large scores and the largest key among the 76 of the partial last tile (S=1100)."""
+    v = _hoisted("attention", "float32", H=1, S=1100, D=64)
+    prog = lower(v, {"softmax": "online", "kv_chunk": 256}, HW)
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1100, 64)).astype(np.float32) * 8.0
+    k = rng.standard_normal((1, 1100, 64)).astype(np.float32) * 8.0
+    k[0, 1090] = q[0].mean(axis=0) * 40.0
+    val = rng.standard_normal((1, 1100, 64)).astype(np.float32) + 1e4  # offset values
+    s = np.einsum("hqd,hkd->hqk", q.astype(np.float64), k.astype(np.float64)) / 8.0
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    ref = {"out": (p / p.sum(axis=-1, keepdims=True)) @ val.astype(np.float64)}
+    res = axon.nki.run(emit(prog), q, k, val, hw=HW)
+    assert max_rel_error({"out": np.asarray(res, np.float64)}, ref) <= 1e-4
+
+
+@pytest.mark.parametrize("S,chunk", [(200, 512), (300, 256)])
+def test_a_partial_tile_passes_the_numerics_and_adversarial_checks(S, chunk, tmp_path):
+    """The checks `axon tune` runs, with the partial key tile alone in its chunk or after a whole one."""
+    v = _hoisted("attention", "float32", H=2, S=S, D=64)
+    p = LoweredProblem("attention", v.graph, HW, [v], "float32")
+    point = p.complete(0, {**p.spaces[0].default_point().as_dict(), "softmax": "online", "kv_chunk": chunk})
+    assert p.validate(point) is None
+    assert numerics_check(p, point, directory=tmp_path).ok
+    report = adversarial_check(p, point, tmp_path, max_flops=1e9)
+    assert report.ok, report.failure()

@@ -10,7 +10,9 @@ What it does that the row-block lowering cannot:
   per partition), Q and K are transposed on TensorE, four tiles per PSUM bank, one evacuation per
   bank; K^T and V stay resident for every query block of the head.
 - Scores go to PSUM one chunk of <= 512 keys at a time (PSUM banks rotate; keys that are not
-  whole chunks leave a narrower last chunk, whole 128-key tiles still); the row max is read from
+  whole chunks leave a narrower last chunk; a sequence length that is not whole 128-row tiles is
+  loaded tile by tile, its partial last key tile ends the last chunk and its partial last query
+  tile is computed over all partitions, the rows past its end zero); the row max is read from
   PSUM; one ScalarE `activation` computes exp(c*s - c*max) from PSUM with the row sum
   accumulated on the way (bias, scale and reduce of the same instruction).
 - Several key chunks run as an online softmax: a running max, the correction exp(c*(m_old -

@@ -1,7 +1,8 @@
 """One attention kernel: `lower_attention(graph, form, knobs, hw, header)` allocates the tiles,
-loads a head's Q, K and V (one DMA each), normalizes and transposes Q and K, runs the pipelined
-steps (`axon.lower.attention.steps`) and stores the head, inside a loop over heads. It checks the
-SBUF and PSUM budgets; it emits no source and times nothing.
+loads a head's Q, K and V (one DMA each; one per tile when the rows are not whole tiles),
+normalizes and transposes Q and K, runs the pipelined steps (`axon.lower.attention.steps`) and
+stores the head, inside a loop over heads. It checks the SBUF and PSUM budgets; it emits no
+source and times nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from axon.ir import Graph
 from axon.lower.attention.form import AttentionForm
-from axon.lower.attention.instr import ref2
+from axon.lower.attention.instr import bank, on, ref2
 from axon.lower.attention.plan import Plan, plan_of
 from axon.lower.attention.rows import rms_rows, transpose_all
 from axon.lower.attention.steps import Steps
@@ -40,17 +41,24 @@ class _Nest:
         q_nat = self.tile("q_rows", (P, tq * f.d), dt)
         k_nat = self.tile("k_rows", (P, tk * f.d), dt)
         v_nat = self.tile("v_rows", (P, tk * f.dv), dt)
-        q_t = self.tile("q_t", (f.d, f.sq), dt)
-        k_t = self.tile("k_t", (f.d, f.skv), dt)
+        q_t = self.tile("q_t", (f.d, tq * P), dt)
+        k_t = self.tile("k_t", (f.d, tk * P), dt)
         # a TensorE transpose writes PSUM in its input's dtype (nki.isa.nc_transpose)
         tp = self.tile("transpose_psum", (2, P, 512), dt, "psum", tiles=2)
         s_ps = self.tile("scores_psum", (pl.skew + 1, P, 512), "float32", "psum", tiles=pl.skew + 1)
         o_ps = self.tile("out_psum", (2, P, 512), "float32", "psum", tiles=2)
+        if pl.natural(f.skv):  # P.T of a partial key tile leaves rows of its bank unwritten, copied out unread
+            self.pre += [on("memset", "vector", bank(tp, i, P, 0, 512), (("value", 0.0),)) for i in range(2)]
+        whole = (
+            []
+            if pl.natural(f.sq) and pl.natural(f.skv)
+            else [Comment("one DMA per tensor: partition p holds rows p*T .. p*T+T-1 of the head")]
+        )
         body: list[Stmt] = [
-            Comment("one DMA per tensor: partition p holds rows p*T .. p*T+T-1 of the head"),
-            TileInstr("dma_copy", "dma", ref2(q_nat, 0, P, 0, tq * f.d), (("src", pl.hbm(f.q, f.sq, f.d)),)),
-            TileInstr("dma_copy", "dma", ref2(k_nat, 0, P, 0, tk * f.d), (("src", pl.hbm(f.k, f.skv, f.d)),)),
-            TileInstr("dma_copy", "dma", ref2(v_nat, 0, P, 0, tk * f.dv), (("src", pl.hbm(f.v, f.skv, f.dv)),)),
+            *whole,
+            *self._load(q_nat, f.q, f.sq, f.d, zero=True),
+            *self._load(k_nat, f.k, f.skv, f.d, zero=True),
+            *self._load(v_nat, f.v, f.skv, f.dv, zero=False),  # P @ V reads a partial tile's rows only
         ]
         for rows, tiles, norm, what in ((q_nat, tq, f.q_norm, "Q"), (k_nat, tk, f.k_norm, "K")):
             gain = None
@@ -61,7 +69,12 @@ class _Nest:
         o_sb = self.tile("out_rows", (P, tq * f.dv), f.out_dtype)
         names = dict(q_t=q_t, k_t=k_t, v_nat=v_nat, tp=tp, s_ps=s_ps, o_ps=o_ps, o_sb=o_sb)
         body += Steps(pl, names, self.tile).loop()
-        if pl.store == "head":
+        if pl.store == "head" and pl.natural(f.sq):
+            for t in range(tq):
+                n = pl.tile_rows(f.sq, t)
+                src = ref2(o_sb, 0, n, t * f.dv, f.dv)
+                body.append(TileInstr("dma_copy", "dma", pl.hbm_tile(f.out, t * P, n, f.dv), (("src", src),)))
+        elif pl.store == "head":
             body.append(
                 TileInstr(
                     "dma_copy",
@@ -72,6 +85,35 @@ class _Nest:
                 )
             )
         return body
+
+    def _load(self, dst: str, name: str, rows: int, cols: int, zero: bool) -> list[Stmt]:
+        """A head's rows of `name`: one DMA when they are whole tiles, else one per tile in natural
+        order, the partial last tile's other rows zeroed once before the head loop when `zero`."""
+        pl = self.plan
+        if not pl.natural(rows):
+            return [
+                TileInstr(
+                    "dma_copy",
+                    "dma",
+                    ref2(dst, 0, pl.pmax, 0, rows // pl.pmax * cols),
+                    (("src", pl.hbm(name, rows, cols)),),
+                )
+            ]
+        last = rows // pl.pmax
+        if zero:
+            self.pre.append(on("memset", "vector", ref2(dst, 0, pl.pmax, last * cols, cols), (("value", 0.0),)))
+        out: list[Stmt] = [Comment(f"{name}: one DMA per tile, rows in order ({rows} rows: a partial last tile)")]
+        for t in range(-(-rows // pl.pmax)):
+            n = pl.tile_rows(rows, t)
+            out.append(
+                TileInstr(
+                    "dma_copy",
+                    "dma",
+                    ref2(dst, 0, n, t * cols, cols),
+                    (("src", pl.hbm_tile(name, t * pl.pmax, n, cols)),),
+                )
+            )
+        return out
 
     def _gain(self, name: str, width: int) -> Ref:
         """A [width] gain as a per-partition column, loaded once before the head loop."""

@@ -207,25 +207,27 @@ class Steps:
     def _transpose_half(self, j: Affine, c: int) -> list[Stmt]:
         P, C, n = self.plan.pmax, self.plan.chunk, self.names
         w = self.plan.width(c)
-        per = w // P
+        per = -(-w // P)
         pslot = self._slot(j, c, self.plan.bufs, C)
         step = self._slot(j, c, 2, 1)
         out: list[Stmt] = []
         for u in range(per):
+            keys = min(P, w - u * P)  # a partial last key tile: that many rows of P.T
             out.append(
                 on(
                     "nc_transpose",
                     "tensor",
-                    bank(n["tp"], step, P, u * P, P),
-                    (("data", ref2("probs", 0, P, pslot + u * P, P)),),
+                    bank(n["tp"], step, keys, u * P, P),
+                    (("data", ref2("probs", 0, P, pslot + u * P, keys)),),
                 )
             )
+        # the rows of a partial key tile past its keys are copied (zeros or stale) and never read (P @ V)
         evac = [
             on(
                 "tensor_copy",
                 eng,
-                ref2("probs_t", 0, P, pslot, w),
-                (("src", bank(n["tp"], step, P, 0, w)),),
+                ref2("probs_t", 0, P, pslot, per * P),
+                (("src", bank(n["tp"], step, P, 0, per * P)),),
                 "P.T to SBUF",
             )
             for eng in (("vector", "scalar") if self.plan.p_evac == "alternate" else (self.plan.p_evac,))
@@ -241,20 +243,21 @@ class Steps:
     def _pv_half(self, j: Affine, c: int) -> list[Stmt]:
         f, P, C, n = self.plan.form, self.plan.pmax, self.plan.chunk, self.names
         col = self._col
-        per = self.plan.width(c) // P
+        w = self.plan.width(c)
         pslot = self._slot(j, c, self.plan.bufs, C)
         step = self._slot(j, c, 2, 1)
         out: list[Stmt] = []
-        for u in range(per):
+        for u in range(-(-w // P)):
             t = c * C // P + u  # the key tile
+            keys = min(P, w - u * P)
             out.append(
                 TileInstr(
                     "nc_matmul",
                     "tensor",
                     bank(n["o_ps"], step, P, 0, f.dv),
                     (
-                        ("stationary", ref2("probs_t", 0, P, pslot + u * P, P)),
-                        ("moving", ref2(n["v_nat"], 0, P, t * f.dv, f.dv)),
+                        ("stationary", ref2("probs_t", 0, keys, pslot + u * P, P)),
+                        ("moving", ref2(n["v_nat"], 0, keys, t * f.dv, f.dv)),
                         ("accumulate", u > 0),
                     ),
                 )
@@ -300,6 +303,11 @@ class Steps:
             )
         )
         if self.plan.store == "block":
+            if self.plan.natural(f.sq):  # rows in order; a partial last block is never inside the loop
+                rows = P if j.terms else self.plan.tile_rows(f.sq, j.const)
+                dst = self.plan.hbm_tile(f.out, j * P, rows, f.dv)
+                out.append(TileInstr("dma_copy", "dma", dst, (("src", ref2(n["o_sb"], 0, rows, j * f.dv, f.dv)),)))
+                return out
             out.append(
                 TileInstr(
                     "dma_copy",
