@@ -32,6 +32,7 @@ from axon.nki.memory import View
 from axon.nki.shim import install_import_shim
 from axon.target.hardware import DEFAULT_HW, HardwareSpec, load_hw
 from axon.target.trace import Trace
+from axon.userfiles import siblings_importable
 
 
 class Kernel:
@@ -107,16 +108,13 @@ def load_kernel(ref: str, name: str | None = None) -> Callable[..., Any]:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
-    folder = str(file.resolve().parent)
-    sys.path.insert(0, folder)  # the file imports its siblings, as a script run from there would
     try:
-        spec.loader.exec_module(module)
+        with siblings_importable(str(file.resolve().parent)):
+            spec.loader.exec_module(module)
     except AxonError:
         raise
     except Exception as exc:  # the user's file failed to import: one line, with where
         raise NKIError(f"{file}: cannot load kernel file: {type(exc).__name__}: {exc}") from None
-    finally:
-        sys.path.remove(folder)
     fn = getattr(module, fn_name, None)
     if fn is None or not callable(fn):
         raise NKIError(f"{file}: no kernel function {fn_name!r}")

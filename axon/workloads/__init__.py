@@ -6,14 +6,13 @@ one explicit global of this package; user specs are loaded on demand and never r
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import importlib.util
 import keyword
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +21,7 @@ from axon.ir import Graph, trace
 from axon.ir.frontend import signature_of
 from axon.ir.trace import bind_dims
 from axon.timelimit import TimeUp, time_limit
+from axon.userfiles import siblings_importable
 from axon.workloads import specs
 
 SINGLE, MULTI = "single", "multi"
@@ -246,23 +246,6 @@ def _presets(table: Any, path: str, fn_name: str) -> Mapping[str, Mapping[str, i
 IMPORT_SECONDS = 60.0
 
 
-@contextlib.contextmanager
-def _siblings_importable(folder: str) -> Iterator[None]:
-    """A spec file imports the files beside it, as a script run from there would (`from helpers import
-    norm` was "No module named 'helpers'"); what it imported from there is forgotten afterwards, so the
-    next spec file's own `helpers.py` is not this one's."""
-    before = set(sys.modules)
-    sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        sys.path.remove(folder)
-        for name in set(sys.modules) - before:
-            file = getattr(sys.modules[name], "__file__", None) or ""
-            if os.path.abspath(file).startswith(folder + os.sep):
-                del sys.modules[name]
-
-
 def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     """Load `path.py:function`. Presets come from `PRESETS = {"function": {"default": {...}}}`, if any.
 
@@ -284,7 +267,7 @@ def load_spec(ref: str, base: str | os.PathLike[str] | None = None) -> Workload:
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module
     try:
-        with time_limit(IMPORT_SECONDS), _siblings_importable(os.path.dirname(path)):
+        with time_limit(IMPORT_SECONDS), siblings_importable(os.path.dirname(path)):
             loader_spec.loader.exec_module(module)
     except SpecError as exc:  # an @ax.spec declaration: which file it is in
         raise SpecError(f"spec file {path!r}: {exc}") from None

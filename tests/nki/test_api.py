@@ -162,3 +162,20 @@ def test_errors_in_kernel_source_name_the_line():
     bad = SOURCE.replace("buffer=nl.sbuf)", "buffer=nl.psum)\n    x = nl.ndarray((256, 4), nl.float32)")
     with pytest.raises(NKIError, match=r"nki_[0-9a-f]+\.py:10: partition axis > 128"):
         axon.nki.run(bad, np.zeros((128, 4), np.float32))
+
+
+def test_two_kernel_files_in_two_folders_each_import_their_own_helpers(tmp_path):
+    # the second kernel's `from helpers import SCALE` got the first folder's module from sys.modules:
+    # it returned the input times 1.0 where its own helpers.py says 2.0, silently
+    kernel = (
+        "import nki.language as nl\nfrom helpers import SCALE\n\n\ndef k(a):\n"
+        "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
+        "    nl.store(out, nl.load(a) * SCALE)\n    return out\n"
+    )
+    a = np.ones((128, 64), np.float32)
+    for folder, scale in (("one", 1.0), ("two", 2.0)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "helpers.py").write_text(f"SCALE = {scale}\n")
+        (tmp_path / folder / "k.py").write_text(kernel)
+        out = np.asarray(axon.nki.run(axon.nki.load_kernel(f"{tmp_path / folder / 'k.py'}:k"), a))
+        assert np.all(out == scale), (folder, out[0, 0])
