@@ -518,7 +518,18 @@ def test_rerunning_a_study_whose_every_trial_failed_says_so(tmp_path):
     (tmp_path / "prime.py").write_text(
         "import axon.spec as ax\n\n@ax.spec(x='M K', w='K N')\ndef mm(x, w):\n    return x @ w\n"
     )
-    args = ("tune", "prime.py:mm", "--shape", "M=128,K=1021,N=128", "--trials", "2", "--no-track", "--quiet", "--cpus", "1")
+    args = (
+        "tune",
+        "prime.py:mm",
+        "--shape",
+        "M=128,K=1021,N=128",
+        "--trials",
+        "2",
+        "--no-track",
+        "--quiet",
+        "--cpus",
+        "1",
+    )
     refused(*args, cwd=tmp_path, fragments=("no trial produced a valid measurement",))
     refused(*args, cwd=tmp_path, fragments=("already has 2 trials and every one failed", "pad it", "--study NAME"))
 
