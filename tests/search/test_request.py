@@ -84,14 +84,30 @@ def test_the_request_loads_the_hardware_once_and_reads_axon_home(tmp_path, monke
         ({"seed": 1.5}, "seed must be an integer"),
         ({"patience": 0}, "patience must be at least 1, got 0"),  # tuned as if no patience were given
         ({"dtype": "float8_e4m3"}, "unknown kernel dtype 'float8_e4m3'; choose float32, bfloat16, float16"),
+        # these were TypeErrors naming no field ("'<' not supported between instances of 'str' and 'int'"),
+        # or taken and tuned: trials=2.5, depth=-1 (no variant discovered), shape="M=256" a ValueError
+        ({"trials": "8"}, "trials must be an integer, got '8'"),
+        ({"trials": 2.5}, "trials must be an integer, got 2.5"),
+        ({"trials": True}, "trials must be an integer, got True"),
+        ({"seconds": "10"}, "seconds must be a number, got '10'"),
+        ({"patience": "3"}, "patience must be an integer, got '3'"),
+        ({"workers": 2.0}, "workers must be an integer, got 2.0"),
+        ({"depth": -1}, "depth must be at least 0, got -1"),
+        ({"shape": "M=256"}, "shape must be a mapping of dimension names to sizes, like {'M': 256}, got 'M=256'"),
+        ({"cost_model": 3}, "cost_model must be a string or a path, got 3"),
+        ({"out": 5}, "out must be a string or a path, got 5"),
+        ({"study": 5}, "study must be a string or a path, got 5"),
     ],
 )
 def test_the_request_refuses_what_the_command_line_refuses(tmp_path, option, fragment):
     """The API took a seed, patience or dtype `axon tune` refuses, and failed after (or during) the
     tuning: float8 tuned every trial, then every kernel failed its check."""
     with pytest.raises(SpecError, match=re.escape(fragment)):
-        TuneRequest.make("softmax", preset="small", trials=1, workdir=tmp_path, track=False, **option)
+        TuneRequest.make("softmax", preset="small", workdir=tmp_path, track=False, **({"trials": 1} | option))
     assert TuneRequest.make("softmax", workdir=tmp_path, seed=np.int64(3)).seed == 3
+    assert TuneRequest.make("softmax", workdir=tmp_path, trials=np.int64(3), storage=tmp_path / "j.log").storage == str(
+        tmp_path / "j.log"
+    )
 
 
 def _problem(name: str = "rmsnorm") -> LoweredProblem:
