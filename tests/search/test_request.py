@@ -76,6 +76,17 @@ def test_the_request_loads_the_hardware_once_and_reads_axon_home(tmp_path, monke
         tune("softmax")  # type: ignore[arg-type]  # one request object, not keywords
 
 
+def test_a_workdir_starting_with_a_tilde_is_in_the_home_directory(tmp_path, monkeypatch):
+    # AXON_HOME=~/axon from an env file (and --workdir=~/axon, which the shell leaves as is) made a
+    # directory named "~" in the current one
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AXON_HOME", "~/axon")
+    assert TuneRequest.make("softmax").workdir.root == (tmp_path / "me" / "axon").resolve()
+    assert TuneRequest.make("softmax", workdir="~/other").workdir.root == (tmp_path / "me" / "other").resolve()
+    assert not (tmp_path / "~").exists()
+
+
 @pytest.mark.parametrize(
     "option, fragment",
     [
