@@ -99,7 +99,7 @@ class TuneRequest:
             workload=os.fspath(workload),
             hw=spec,
             workdir=Workdir.resolve(workdir),
-            out=Path(out) if out else None,
+            out=Path(out).expanduser() if out else None,
             shape=dict(options.pop("shape", None) or {}),
             **options,
         )

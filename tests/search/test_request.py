@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -12,12 +13,15 @@ from axon.errors import SpecError
 from axon.measure.backend import SimBackend
 from axon.measure.events import Callback
 from axon.measure.records import RecordDB, code_version
-from axon.search.api import TuneRequest, tune, verified_variants
+from axon.measure.stores import records_location
+from axon.search.api import TuneRequest, journal_storage, tune, verified_variants
 from axon.search.callbacks import training_records
 from axon.search.current import CurrentCode
 from axon.search.problem import LoweredProblem
 from axon.search.tuner import TuneConfig, Tuner
+from axon.shipped import cost_model_ref
 from axon.target import DEFAULT_HW, load_hw
+from axon.workdir import Workdir
 from axon.workloads import get
 
 
@@ -84,6 +88,14 @@ def test_a_workdir_starting_with_a_tilde_is_in_the_home_directory(tmp_path, monk
     monkeypatch.setenv("AXON_HOME", "~/axon")
     assert TuneRequest.make("softmax").workdir.root == (tmp_path / "me" / "axon").resolve()
     assert TuneRequest.make("softmax", workdir="~/other").workdir.root == (tmp_path / "me" / "other").resolve()
+    # and so were --records=~/r.db (a records database in "./~"), --out, --storage and --cost-model (refused)
+    home = tmp_path / "me"
+    assert TuneRequest.make("softmax", out="~/k.py").out == home / "k.py"
+    assert records_location("~/r.db", None, home / "records.db") == home / "r.db"
+    journal_storage(Workdir.resolve(), "~/j.log")
+    assert (home / "j.log").exists()
+    shutil.copy(cost_model_ref("trn1"), home / "cm.json")
+    assert cost_model_ref("~/cm.json") == str(home / "cm.json")
     assert not (tmp_path / "~").exists()
 
 
