@@ -34,8 +34,10 @@ def cost_model_ref(ref: str | None) -> str | None:
     >>> same[0] == same[1]
     True
     """
-    if not ref or ref.startswith("models:/") or os.path.isfile(ref):
+    if not ref or ref.startswith("models:/"):
         return ref
+    if os.path.isfile(os.path.expanduser(ref)):  # ~/m.json, as a shell that did not expand it passes it
+        return os.path.expanduser(ref)
     path = Path(ref)
     if path.parts == ("models", path.name) and (MODELS_DIR / path.name).is_file():
         return str(MODELS_DIR / path.name)  # the repository path, outside a checkout

@@ -46,7 +46,7 @@ class Workdir:
         or cannot be created."""
         if isinstance(given, Workdir):
             return given
-        root = Path(given or os.environ.get(ENV) or DEFAULT).resolve()
+        root = cls.locate(given)
         if root.exists() and not root.is_dir():
             raise StoreError(f"workdir {root} is a file, not a directory: pass another --workdir")
         try:
@@ -63,7 +63,8 @@ class Workdir:
     @classmethod
     def locate(cls, given: str | os.PathLike[str] | None = None) -> Path:
         """The path `resolve` would use, without creating it (for commands that only read)."""
-        return Path(given or os.environ.get(ENV) or DEFAULT).resolve()
+        # `--workdir=~/x` and AXON_HOME=~/x in an env file reach here unexpanded: they made a directory "~" here
+        return Path(given or os.environ.get(ENV) or DEFAULT).expanduser().resolve()
 
     @property
     def records(self) -> Path:

@@ -730,6 +730,16 @@ def test_out_in_a_directory_that_is_not_writable_is_refused_before_tuning(tmp_pa
     refused(*args, "--out", str(folder / "k.py"), fragments=(f"--out {folder / 'k.py'} is not writable",))
 
 
+def test_out_naming_a_file_axon_did_not_write_is_refused_and_the_file_kept(tmp_path):
+    # `axon tune model.py:block --out model.py` replaced the user's spec with the kernel, exit 0
+    spec = tmp_path / "model.py"
+    spec.write_text((REPO / "examples" / "my_model.py").read_text())
+    before = spec.read_bytes()
+    args = ("tune", f"{spec}:rmsnorm_matmul", "--preset", "small", "--trials", "1", "--no-track", "--quiet")
+    refused(*args, "--workdir", str(tmp_path / "w"), "--out", str(spec), fragments=("is not a kernel Axon wrote",))
+    assert spec.read_bytes() == before
+
+
 @pytest.mark.parametrize("name", ["nl", "nki", "nisa"])
 def test_an_input_named_like_a_kernel_module_is_refused(tmp_path, name):
     # as an output of that name was: the kernel's parameter `nl` hid nki.language, and every trial failed

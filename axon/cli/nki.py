@@ -180,6 +180,10 @@ def run_cmd(
             getattr(fn, "__name__", "kernel"),
             lambda: axon.nki.run_with_unwritten(launched, *call, hw=hw, **kwargs),
         )
+    if not outs:  # printed nothing at all, exit 0: as if it had run and there were nothing to say
+        click.echo(
+            f"no output: kernel {getattr(fn, '__name__', kernel)} returned no tensor (it returns what it writes)"
+        )
     for i, (out, missing) in enumerate(zip(outs, unwritten)):
         if missing:  # garbage on a device; here NaN, which is not an overflow
             note = f" ({missing:,} of {out.size:,} elements never written by the kernel)"

@@ -19,7 +19,7 @@ def records_location(records: str | os.PathLike[str] | None, storage: str | None
     """`records` as given; else the Optuna `storage` when it is a PostgreSQL URL (one URL for both);
     else `default` (WORKDIR/records.db)."""
     if records:
-        return str(records) if is_postgres_url(records) else Path(records)
+        return str(records) if is_postgres_url(records) else Path(records).expanduser()  # --records=~/r.db: "./~"
     if is_postgres_url(storage):
         return str(storage)
     return default

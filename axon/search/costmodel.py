@@ -246,6 +246,8 @@ class CostModel:
             raise StoreError(f"cost model {path} cannot be read: {str(exc).splitlines()[0]}") from None
         except UnicodeDecodeError:  # XGBoost's own message quotes the bytes it could not parse
             raise StoreError(f"cost model {path} cannot be read: not an XGBoost JSON model (not UTF-8 text)") from None
+        if not booster.feature_names:  # features go in by name: without names, fit fails in XGBoost itself
+            raise StoreError(f"cost model {path} names none of its features: not a cost model Axon saved")
         meta = json.loads(booster.attr("axon_meta") or "{}")
         model = cls(rounds=meta.get("rounds", 80))
         model.params.update(meta.get("params", {}))

@@ -68,31 +68,49 @@ class TuneRequest:
     ) -> TuneRequest:
         """A checked request: the hardware file loaded, the workdir resolved (`$AXON_HOME` when not
         given), a shipped cost model's name resolved to its file."""
-        trials = options.get("trials", 64)
-        if trials < 1:
-            raise SpecError(f"trials must be at least 1, got {trials}")
+        for name, least in (("trials", 1), ("patience", 1), ("workers", 1), ("depth", 0)):
+            _check_count(name, options.get(name), least)
         seconds = options.get("seconds")
-        if seconds is not None and not seconds > 0:
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, numbers.Real)):
+            raise SpecError(f"seconds must be a number, got {seconds!r}")
+        if seconds is not None and not float(seconds) > 0:
             raise SpecError(f"seconds must be positive, got {seconds:g}: no trial could run")
         seed = options.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**32:
             raise SpecError(f"seed must be an integer in 0..{2**32 - 1}, got {seed!r}")  # Optuna's and NumPy's
-        if options.get("patience") is not None and options["patience"] < 1:
-            raise SpecError(f"patience must be at least 1, got {options['patience']}")
+        shape = options.get("shape")
+        if shape is not None and not isinstance(shape, Mapping):
+            raise SpecError(f"shape must be a mapping of dimension names to sizes, like {{'M': 256}}, got {shape!r}")
+        named = {"workload": workload, "workdir": workdir, "out": out} | options
+        for name in ("workload", "workdir", "out", "cost_model", "storage", "study", "records", "tracking_uri"):
+            value = named.get(name)
+            if value is not None and not isinstance(value, (str, os.PathLike, Workdir)):
+                raise SpecError(f"{name} must be a string or a path, got {value!r}")
+            if name in options and isinstance(value, os.PathLike):
+                options[name] = os.fspath(value)
         if options.get("dtype", "float32") not in KERNEL_DTYPES:  # a float8 kernel fails every check
             raise SpecError(f"unknown kernel dtype {options['dtype']!r}; choose {', '.join(KERNEL_DTYPES)}")
-        if options.get("workers") is not None and options["workers"] < 1:
-            raise SpecError(f"workers must be at least 1, got {options['workers']}")
         if options.get("sampler", "costmodel") not in SAMPLERS:
             raise SpecError(f"unknown sampler {options['sampler']!r}; choose {', '.join(SAMPLERS)}")
-        if "cost_model" in options:
+        if options.get("cost_model") is not None:
             options["cost_model"] = cost_model_ref(options["cost_model"])
         spec = hw if isinstance(hw, HardwareSpec) else load_hw(hw)
         return cls(
-            workload=workload,
+            workload=os.fspath(workload),
             hw=spec,
             workdir=Workdir.resolve(workdir),
-            out=Path(out) if out else None,
+            out=Path(out).expanduser() if out else None,
             shape=dict(options.pop("shape", None) or {}),
             **options,
         )
+
+
+def _check_count(name: str, value: Any, least: int) -> None:
+    """`value` (None: not given) is an integer of at least `least`: a float or a string of digits
+    would be taken as a budget Python compares, or fail deep in the run."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise SpecError(f"{name} must be an integer, got {value!r}")
+    if value < least:
+        raise SpecError(f"{name} must be at least {least}, got {value}")

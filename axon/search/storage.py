@@ -36,7 +36,7 @@ def journal_storage(workdir: Workdir, storage: str | None) -> Any:
             raise StoreError(
                 f"Optuna storage {redacted(storage)} cannot be opened: {reason[0] if reason else type(exc).__name__}"
             ) from None
-    path = Path(storage) if storage else workdir.journal
+    path = Path(storage).expanduser() if storage else workdir.journal
     if not path.parent.is_dir():  # FileNotFoundError from inside Optuna, a traceback
         raise StoreError(f"Optuna journal {path}: {no_directory(path.parent)}")
     check_journal(path)

@@ -273,10 +273,7 @@ class Tuner:
 
     def run(self) -> TuneResult:
         cfg, start = self.config, time.perf_counter()
-        for r in self.db.records(task=self.task):  # a point's record of the current backend first
-            key = point_key(r.point)
-            if key not in self._by_point or r.measured_by == self.backend.version != self._by_point[key].measured_by:
-                self._by_point[key] = r
+        self._load_records()
         for callback in self.callbacks:
             callback.on_start(self)
         try:
@@ -287,6 +284,12 @@ class Tuner:
                 cancel()
             for callback in self.callbacks:
                 callback.on_end(self)
+
+    def _load_records(self) -> None:
+        for r in self.db.records(task=self.task):  # a point's record of the current backend first
+            key = point_key(r.point)
+            if key not in self._by_point or r.measured_by == self.backend.version != self._by_point[key].measured_by:
+                self._by_point[key] = r
 
     def _study(self, name: str, sampler: Any) -> Any:
         try:
@@ -371,6 +374,8 @@ class Tuner:
         the others (measured before an upgrade, or whose record is gone), best first, once each."""
         counted: list[Any] = []
         outdated: dict[str, tuple[float, dict[str, Any]]] = {}
+        if any(point_key(dict(t.params)) not in self._by_point for t in finished):
+            self._load_records()  # recorded since the run began, by another worker of this study
         for t in finished:
             if interrupted(t):  # ended before its result was recorded: it never ran, as far as the budget goes
                 continue

@@ -4,10 +4,9 @@ A kernel of dtype D reads and writes D but computes every intermediate in float3
 tiles and scratch in float32) except a matmul's operands, which TensorE reads in D, so `evaluate_in`
 rounds inputs, outputs and matmul operands to D and computes in float32. The input classes (large
 offsets, large magnitudes, one dominant element per row, near-constant rows, values at the edge of
-the range) live inside each input's range: the declared
-`ax.tensor(..., range=...)`, or else the largest magnitude at which the spec as written stays
-accurate in D (`derived_range`). This checks variants by measurement; `axon.verify.ranges` bounds
-them by analysis. Neither knows the other.
+the range) live inside each input's range: the declared `ax.tensor(..., range=...)`, or else the
+largest magnitude at which the spec as written stays accurate in D (`derived_range`). This checks
+variants by measurement; `axon.verify.ranges` bounds them by analysis. Neither knows the other.
 """
 
 from __future__ import annotations
@@ -49,9 +48,7 @@ def quantize(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def dtype_max(dtype: str) -> float:
-    if dtype == "bfloat16":
-        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
-    return float(np.finfo(numpy_dtype(dtype)).max)
+    return float(ml_dtypes.finfo(numpy_dtype(dtype)).max)  # NumPy's finfo knows none of ml_dtypes' types
 
 
 class _F32(NumpyMath):
@@ -98,8 +95,7 @@ def reduced(graph: Graph, budget: int = _BUDGET) -> Graph:
 
 # input classes -------------------------------------------------------------------------------------
 Range = tuple[float, float]
-# Classes that probe an input's range: a bound is derived from them. "near-constant" is not one: how
-# well a spec handles rows with almost no spread does not depend on their magnitude.
+# Classes that probe an input's range, a bound derived from them ("near-constant" is not one of them).
 RANGE_CLASSES = ("offset", "magnitude", "dominant", "limit")
 
 
@@ -133,8 +129,13 @@ def _values(shape: tuple[int, ...], r: Range, cls: str, rng: np.random.Generator
             rows = x.reshape(-1, shape[-1])
             rows[np.arange(rows.shape[0]), rng.integers(0, shape[-1], rows.shape[0])] = end
         return x
-    if cls == "near-constant":  # each row one value (anywhere in the range) with a relative 1e-3 ripple
-        base = rng.uniform(lo, hi, shape[:-1] + (1,) if shape else ())
+    if cls == "near-constant":  # each row one value with a relative 1e-3 ripple: anywhere in the range, or every
+        # other row at a magnitude log-uniform from 1 to where the dtype resolves an O(1) step, where an eps
+        base = rng.uniform(lo, hi, shape[:-1] + (1,) if shape else ())  # counts: (max + 1e-6) - min failed there
+        top = min(abs(end), 2.0 ** (_PRECISION.get(dtype, 24) - 2))
+        unit = np.exp(rng.uniform(np.log(min(1.0, top)), np.log(top), base.shape)) if top > 0 else base
+        unit = unit * (rng.choice([-1.0, 1.0], base.shape) if lo < 0 < hi else np.sign(end))
+        base.reshape(-1)[1::2] = np.clip(unit, lo, hi).reshape(-1)[1::2]
         return base * (1.0 + 1e-3 * rng.uniform(-1.0, 1.0, shape))
     if cls == "limit":  # magnitudes in the top half of the range, of either sign the range allows
         sign = rng.choice([-1.0, 1.0], shape) if lo < 0 < hi else np.sign(end) * np.ones(shape)

@@ -25,6 +25,22 @@ class Unsupported(Exception):
     """An op or shape change the semantics does not model (the proof becomes Unknown)."""
 
 
+# A key holds each value it uses in full, so a value used three times (x, mean(x), var(x)) triples per
+# layer: four chained residual layernorms made a 2-GB key and took minutes, five exhaust the memory.
+KEY_LIMIT = 2**22  # characters; the 20 workloads' keys are under 1,000
+
+
+def _joined(sep: str, parts: Iterable[str]) -> str:
+    """`sep.join(parts)`, refused (Unsupported) before it grows past `KEY_LIMIT`."""
+    kept, total = [], 0
+    for part in parts:
+        total += len(part) + len(sep)
+        if total > KEY_LIMIT:
+            raise Unsupported(f"a normal form over {KEY_LIMIT:,} characters (values reused through a deep chain)")
+        kept.append(part)
+    return sep.join(kept)
+
+
 # indices ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FloorDiv:
@@ -140,9 +156,8 @@ class Fn(Atom):
 
     @cached_property
     def key(self) -> str:
-        return (
-            f"{self.name}{'' if self.extra is None else '@' + str(self.extra)}({'; '.join(a.key for a in self.args)})"
-        )
+        extra = "" if self.extra is None else "@" + str(self.extra)
+        return f"{self.name}{extra}({_joined('; ', (a.key for a in self.args))})"
 
     @cached_property
     def free(self) -> frozenset[str]:
@@ -188,7 +203,7 @@ Mono = tuple[tuple[Atom, int], ...]
 
 
 def _mono_key(m: Mono) -> str:
-    return "*".join(f"{a.key}^{e}" for a, e in m)
+    return _joined("*", (f"{a.key}^{e}" for a, e in m))
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,7 +216,7 @@ class Poly:
     def key(self) -> str:
         if not self.terms:
             return "0"
-        return " + ".join(f"{c}*{_mono_key(m)}" if m else str(c) for m, c in self.terms)
+        return _joined(" + ", (f"{c}*{_mono_key(m)}" if m else str(c) for m, c in self.terms))
 
     @cached_property
     def digest(self) -> str:

@@ -118,6 +118,7 @@ def prove(g1: Graph, g2: Graph, timeout_s: float = 5.0, trials: int = 4, seed: i
     names = E.Names([used])  # as if g1's normal forms had just been computed with these names
     try:
         rhs = [v.poly for v in Semantics(g2, names).outputs()]
+        _ = [p.key for p in rhs]  # compared below: a key too large raises here, not there
     except E.Unsupported as exc:
         return Unknown(f"no proof semantics: {exc}", time.perf_counter() - start)
     if all(a == b for a, b in zip(lhs, rhs)):
@@ -148,7 +149,9 @@ def _normal_forms(g: Graph) -> tuple[list[E.Poly] | E.Unsupported, int]:
     proposal of a parent against the parent (qknorm_attention: 199 proofs, half the semantics time)."""
     names = E.Names()
     try:
-        return [v.poly for v in Semantics(g, names).outputs()], names.counter[0]
+        polys = [v.poly for v in Semantics(g, names).outputs()]
+        _ = [p.key for p in polys]  # compared in `prove`: a key too large raises here, not there
+        return polys, names.counter[0]
     except E.Unsupported as exc:
         return exc.with_traceback(None), names.counter[0]
 

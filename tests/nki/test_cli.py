@@ -149,6 +149,18 @@ def test_nki_run_counts_the_output_elements_the_kernel_never_wrote(tmp_path):
     assert "non-finite" not in part.stdout
 
 
+def test_a_kernel_that_returns_nothing_says_so(tmp_path):
+    # it printed nothing and exited 0, as a kernel with outputs does
+    (tmp_path / "k.py").write_text(
+        "import nki.language as nl\n\ndef forgot(a):\n    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)\n"
+    )
+    r = axon_in_process("nki", "run", f"{tmp_path / 'k.py'}:forgot", "--input", "a=float32[128,64]")
+    assert (
+        r.returncode == 0
+        and r.stdout.strip() == "no output: kernel forgot returned no tensor (it returns what it writes)"
+    )
+
+
 def test_a_bare_assert_in_a_kernel_shows_its_source_line(tmp_path):
     (tmp_path / "partial.py").write_text(PARTIAL)
     r = axon_in_process("nki", "run", f"{tmp_path / 'partial.py'}:first_block", "--input", "a=float32[64,256]")

@@ -137,3 +137,15 @@ def test_a_cost_model_file_that_is_not_utf8_is_refused(tmp_path):
     path.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(StoreError, match="model.json cannot be read"):
         CostModel.load(path)
+
+
+def test_an_xgboost_model_without_feature_names_is_refused(tmp_path):
+    # a model XGBoost trained elsewhere on 3 unnamed columns loaded, then its first fit on Axon's 75
+    # features failed inside XGBoost: "Number of columns does not match", a traceback
+    xgb = xgboost()
+    rng = np.random.default_rng(0)
+    booster = xgb.train({"nthread": 1}, xgb.DMatrix(rng.random((20, 3)), label=rng.random(20)), 2)
+    path = tmp_path / "other.json"
+    booster.save_model(str(path))
+    with pytest.raises(StoreError, match="other.json names none of its features: not a cost model Axon saved"):
+        CostModel.load(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -12,12 +13,15 @@ from axon.errors import SpecError
 from axon.measure.backend import SimBackend
 from axon.measure.events import Callback
 from axon.measure.records import RecordDB, code_version
-from axon.search.api import TuneRequest, tune, verified_variants
+from axon.measure.stores import records_location
+from axon.search.api import TuneRequest, journal_storage, tune, verified_variants
 from axon.search.callbacks import training_records
 from axon.search.current import CurrentCode
 from axon.search.problem import LoweredProblem
 from axon.search.tuner import TuneConfig, Tuner
+from axon.shipped import cost_model_ref
 from axon.target import DEFAULT_HW, load_hw
+from axon.workdir import Workdir
 from axon.workloads import get
 
 
@@ -76,6 +80,25 @@ def test_the_request_loads_the_hardware_once_and_reads_axon_home(tmp_path, monke
         tune("softmax")  # type: ignore[arg-type]  # one request object, not keywords
 
 
+def test_a_workdir_starting_with_a_tilde_is_in_the_home_directory(tmp_path, monkeypatch):
+    # AXON_HOME=~/axon from an env file (and --workdir=~/axon, which the shell leaves as is) made a
+    # directory named "~" in the current one
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AXON_HOME", "~/axon")
+    assert TuneRequest.make("softmax").workdir.root == (tmp_path / "me" / "axon").resolve()
+    assert TuneRequest.make("softmax", workdir="~/other").workdir.root == (tmp_path / "me" / "other").resolve()
+    # and so were --records=~/r.db (a records database in "./~"), --out, --storage and --cost-model (refused)
+    home = tmp_path / "me"
+    assert TuneRequest.make("softmax", out="~/k.py").out == home / "k.py"
+    assert records_location("~/r.db", None, home / "records.db") == home / "r.db"
+    journal_storage(Workdir.resolve(), "~/j.log")
+    assert (home / "j.log").exists()
+    shutil.copy(cost_model_ref("trn1"), home / "cm.json")
+    assert cost_model_ref("~/cm.json") == str(home / "cm.json")
+    assert not (tmp_path / "~").exists()
+
+
 @pytest.mark.parametrize(
     "option, fragment",
     [
@@ -84,14 +107,30 @@ def test_the_request_loads_the_hardware_once_and_reads_axon_home(tmp_path, monke
         ({"seed": 1.5}, "seed must be an integer"),
         ({"patience": 0}, "patience must be at least 1, got 0"),  # tuned as if no patience were given
         ({"dtype": "float8_e4m3"}, "unknown kernel dtype 'float8_e4m3'; choose float32, bfloat16, float16"),
+        # these were TypeErrors naming no field ("'<' not supported between instances of 'str' and 'int'"),
+        # or taken and tuned: trials=2.5, depth=-1 (no variant discovered), shape="M=256" a ValueError
+        ({"trials": "8"}, "trials must be an integer, got '8'"),
+        ({"trials": 2.5}, "trials must be an integer, got 2.5"),
+        ({"trials": True}, "trials must be an integer, got True"),
+        ({"seconds": "10"}, "seconds must be a number, got '10'"),
+        ({"patience": "3"}, "patience must be an integer, got '3'"),
+        ({"workers": 2.0}, "workers must be an integer, got 2.0"),
+        ({"depth": -1}, "depth must be at least 0, got -1"),
+        ({"shape": "M=256"}, "shape must be a mapping of dimension names to sizes, like {'M': 256}, got 'M=256'"),
+        ({"cost_model": 3}, "cost_model must be a string or a path, got 3"),
+        ({"out": 5}, "out must be a string or a path, got 5"),
+        ({"study": 5}, "study must be a string or a path, got 5"),
     ],
 )
 def test_the_request_refuses_what_the_command_line_refuses(tmp_path, option, fragment):
     """The API took a seed, patience or dtype `axon tune` refuses, and failed after (or during) the
     tuning: float8 tuned every trial, then every kernel failed its check."""
     with pytest.raises(SpecError, match=re.escape(fragment)):
-        TuneRequest.make("softmax", preset="small", trials=1, workdir=tmp_path, track=False, **option)
+        TuneRequest.make("softmax", preset="small", workdir=tmp_path, track=False, **({"trials": 1} | option))
     assert TuneRequest.make("softmax", workdir=tmp_path, seed=np.int64(3)).seed == 3
+    assert TuneRequest.make("softmax", workdir=tmp_path, trials=np.int64(3), storage=tmp_path / "j.log").storage == str(
+        tmp_path / "j.log"
+    )
 
 
 def _problem(name: str = "rmsnorm") -> LoweredProblem:

@@ -38,6 +38,12 @@ def test_shipped_configs_parse():
             "entries: [{workload: matmul}]\nregression_threshold: .nan\n",
             "regression_threshold must be a number >= 0, got nan",
         ),
+        # a key given twice kept its last value: the first `entries` list was dropped without a word
+        (
+            "entries: [{workload: matmul}]\ntrials: 4\nentries: [{workload: softmax}]\n",
+            r"key 'entries' given twice \(again at line 3\)",
+        ),
+        ("entries: [{workload: matmul, preset: small, preset: default}]\n", "key 'preset' given twice"),
     ],
 )
 def test_bad_configs_name_the_field(tmp_path, text, message):

@@ -228,3 +228,29 @@ def test_numerics_check_exercises_every_output_element_of_adamw(monkeypatch):
 
     monkeypatch.setattr(axon.nki, "run", nan_theta)
     assert not numerics_check(problem, problem.default_point()).ok
+
+
+def test_a_worker_counts_the_trials_another_finished_while_it_started(tmp_path):
+    """Two `axon tune` of one study started together: the second read the records, then (after its cost
+    model's first fit) the study, where the first had finished trials since; their records unknown to it,
+    it took them for points measured before an upgrade ('3 earlier points not counted ... their records
+    lost') and measured them again."""
+    from axon.measure.backend import SimBackend
+    from axon.search.api import Callback, journal_storage, verified_variants
+    from axon.search.problem import LoweredProblem
+    from axon.search.tuner import TuneConfig, Tuner
+    from axon.target import DEFAULT_HW, load_hw
+    from axon.workdir import Workdir
+    from axon.workloads import get
+
+    graph = get("softmax").graph("small")
+    problem = LoweredProblem("softmax", graph, load_hw(DEFAULT_HW), verified_variants(graph), "float32")
+    db, storage = RecordDB(tmp_path / "records.db"), journal_storage(Workdir.resolve(tmp_path), None)
+    config = TuneConfig(trials=3, sampler="random", seed=0, study_name="shared")
+
+    class FirstWorker(Callback):  # runs the other worker to its end between this one's records and its study
+        def on_start(self, context):
+            Tuner(problem, SimBackend(), db, config, storage).run()
+
+    result = Tuner(problem, SimBackend(), db, config, storage, callbacks=[FirstWorker()]).run()
+    assert result.resumed == 3 and result.outdated == 0 and not result.trials

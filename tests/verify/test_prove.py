@@ -1,5 +1,7 @@
 """prove(): proofs for all sizes, NumPy-confirmed counterexamples, Unknown never a proof."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -168,3 +170,31 @@ def test_a_proofs_z3_search_does_not_depend_on_the_queries_made_before_it(monkey
     s.add(z3.Or([o > 3 for o in others[:500]]))
     assert s.check() == z3.sat
     assert first and proofs() == first
+
+
+def _residual_layernorm(x, g):
+    return (x - ax.mean(x)) / ax.sqrt(ax.var(x) + 1e-5) * g + x
+
+
+@ax.spec(x="M N", g="N")
+def four_layernorms(x, g):
+    for _ in range(4):
+        x = _residual_layernorm(x, g)
+    return x
+
+
+@ax.spec(x="M N", g="N")
+def four_layernorms_scaled_first(x, g):  # the last layer's gain moved inside its division
+    for _ in range(3):
+        x = _residual_layernorm(x, g)
+    return (x - ax.mean(x)) * g / ax.sqrt(ax.var(x) + 1e-5) + x
+
+
+def test_a_normal_form_too_large_is_unknown_at_once():
+    # each layer uses its input three times (x, mean, var) and a key holds each use in full: four
+    # layers made a 2-GB key and took 143 s here (five exhaust the memory; `axon tune` of a spec
+    # with four such layers took 3.5 minutes, most of it in one proof)
+    start = time.perf_counter()
+    result = prove(trace(four_layernorms, M=8, N=16), trace(four_layernorms_scaled_first, M=8, N=16))
+    assert isinstance(result, Unknown) and "normal form over 4,194,304 characters" in result.reason
+    assert time.perf_counter() - start < 5

@@ -281,3 +281,25 @@ def test_classes_on_every_input_at_once_are_ones_the_spec_as_written_survives(na
     assert not at_own < 0.5  # what the joint ranges exist for
     joint = [err for _, target, _, _, err in AdversarialCheck(g, "float32").cases if target == ALL]
     assert joint and max(joint) < 0.5
+
+
+@ax.spec(x="M N")
+def min_max_scale(x):
+    return (x - ax.min(x)) / (ax.max(x) - ax.min(x) + 1e-6)
+
+
+@ax.spec(x="M N")
+def min_max_scale_eps_first(x):  # equal over the reals; what instruction selection emitted as one tensor_scalar
+    return (x - ax.min(x)) / ((ax.max(x) + 1e-6) - ax.min(x))
+
+
+def test_near_constant_rows_include_unit_magnitudes_where_a_small_constant_counts():
+    """x's derived range is +-3.2e32: near-constant rows drawn uniformly over it all sat above 1e30, where
+    1e-6 vanishes, so a kernel computing (max + 1e-6) - min passed the check and was reported; on rows
+    near 3 with a 1e-3 spread it was 2.4e-5 off (the spec as written 3e-8), on rows near 3 +- 3e-4, 2.4e-4."""
+    spec = trace(min_max_scale, M=64, N=128, dtype="float32")
+    x = class_inputs(spec, input_ranges(spec, "float32"), "near-constant", "x", "float32")["x"]
+    bases = np.abs(x[:, 0])
+    assert (bases < 100).sum() >= 8 and (bases > 1e20).sum() >= 16  # unit-scale rows, and rows over the range
+    variant = trace(min_max_scale_eps_first, M=64, N=128, dtype="float32")
+    assert "near-constant(x)" in AdversarialCheck(spec, "float32").reason(variant)
