@@ -256,13 +256,22 @@ def tensor_tensor_scan(
     return _simple("tensor_tensor_scan", "vector", dst, reads, compute, (("op0", f0), ("op1", f1)), data0, site, m)
 
 
+def _rows_masked(mask: Predicate | None, dst: View) -> View:
+    """`dst` of a bn_stats/bn_aggr under `mask`: only the partitions it keeps. Its free positions are
+    records (6 or 2 values per partition), not the masked data's elements: a last chunk of 4097 columns
+    (one element) had the new [P, 6] record cut to [P, 1] ("bn_stats produces [128, 6] but dst is [128, 1]")."""
+    if mask is None:
+        return dst
+    return dst.restrict({vid: box for vid, box in mask.box().items() if box[2] == 0})
+
+
 def bn_stats(dst: View | None, data: View, mask: Predicate | None = None, dtype: Any = None, **_: Any) -> View:
     """Per-partition statistics (6 values: count, mean, M2 of each half) of <= 512 free elements (VectorE)."""
     m, site = active(), kernel_site()
     if dst is None:
         dst = _new(m, (data.shape[0], 6), dtype or float32)
     (data,) = _masked(mask, data)
-    (dst,) = _masked(mask, dst)
+    dst = _rows_masked(mask, dst)
     return _simple(
         "bn_stats",
         "vector",
@@ -289,7 +298,7 @@ def bn_aggr(dst: View | None, data: View, mask: Predicate | None = None, dtype: 
     if dst is None:
         dst = _new(m, (data.shape[0], 2), dtype or float32)
     (data,) = _masked(mask, data)
-    (dst,) = _masked(mask, dst)
+    dst = _rows_masked(mask, dst)
     return _simple(
         "bn_aggr",
         "vector",

@@ -179,3 +179,29 @@ def test_two_kernel_files_in_two_folders_each_import_their_own_helpers(tmp_path)
         (tmp_path / folder / "k.py").write_text(kernel)
         out = np.asarray(axon.nki.run(axon.nki.load_kernel(f"{tmp_path / folder / 'k.py'}:k"), a))
         assert np.all(out == scale), (folder, out[0, 0])
+
+
+@pytest.mark.parametrize("cols", [1000, 1025, 4097])
+def test_bn_stats_under_a_mask_keeps_whole_records_when_the_last_chunk_is_short(tmp_path, cols):
+    # bn_stats over 512-column chunks with mask=(j*512 + i < cols): a last chunk of fewer than 6
+    # columns had the mask cut the new [P, 6] record to [P, cols mod 512] ("bn_stats produces
+    # [128, 6] but dst is [128, 1]"); AWS's layernorm tutorial v2 failed so at N=4097
+    (tmp_path / "k.py").write_text(
+        "import math\nimport numpy as np\nimport neuronxcc.nki.isa as nisa\nimport neuronxcc.nki.language as nl\n\n\n"
+        "def k(a):\n"
+        "    out = nl.ndarray((a.shape[0], 2), dtype=np.float32, buffer=nl.shared_hbm)\n"
+        "    i_p = nl.arange(128)[:, None]\n"
+        "    x = nl.load(a[i_p, nl.arange(a.shape[1])[None, :]])\n"
+        "    i_b, i_s = nl.arange(512)[None, :], nl.arange(6)[None, :]\n"
+        "    n = math.ceil(a.shape[1] / 512)\n"
+        "    st = nl.ndarray((128, 6 * n), dtype=np.float32)\n"
+        "    for j in nl.affine_range(n):\n"
+        "        st[i_p, j * 6 + i_s] = nisa.bn_stats(x[i_p, j * 512 + i_b], mask=(j * 512 + i_b < a.shape[1]))\n"
+        "    nl.store(out[i_p, nl.arange(2)[None, :]], nisa.bn_aggr(st[i_p, nl.arange(6 * n)[None, :]]))\n"
+        "    return out\n"
+    )
+    a = (np.random.default_rng(0).standard_normal((128, cols)) * 3 + 100).astype(np.float32)
+    got = np.asarray(axon.nki.run(axon.nki.load_kernel(f"{tmp_path / 'k.py'}:k"), a), dtype=np.float64)
+    x = a.astype(np.float64)
+    assert rel_err(got[:, 0], x.mean(axis=1)) < 1e-6
+    assert rel_err(got[:, 1], x.var(axis=1)) < 1e-4
