@@ -59,18 +59,31 @@ def dtype_name(dtype: np.dtype) -> str:
     return dtype.name
 
 
-def higher_precision(a: Any, b: Any) -> np.dtype:
-    """Of two tile dtypes, the one of higher precision: the wider, a float over an integer of the
-    same width, and of two floats of one width the one with more mantissa bits (float16 over
-    bfloat16). A value-returning tensor_tensor without dtype= writes this (nki.isa.tensor_tensor,
-    neuronxcc API)."""
-
-    def rank(d: np.dtype) -> tuple[int, int, int]:
-        is_float = not np.issubdtype(d, np.integer) and d != bool_
-        return d.itemsize, int(is_float), int(ml_dtypes.finfo(d).nmant) if is_float else 0
-
+def promoted_dtype(a: Any, b: Any) -> np.dtype:
+    """The dtype an arithmetic operation on tiles of dtypes `a` and `b` writes without dtype=, by
+    the reference's "NKI Type Promotion" rules (nki.api.shared, 2.21+; nki.isa.tensor_tensor and
+    nl.add name them): a float over an integer; of two floats the wider, and a new widened type for
+    two different ones of one width (float16 and bfloat16 -> float32, two fp8 -> bfloat16); of two
+    integers the wider, or the signed type that holds both (int8 and uint8 -> int16), float32 when
+    that would be 64-bit (int32 and uint32)."""
     da, db = as_dtype(a), as_dtype(b)
-    return db if rank(db) > rank(da) else da
+    if da == db:
+        return da
+    da, db = (uint8 if d == bool_ else d for d in (da, db))
+    fa, fb = (not np.issubdtype(d, np.integer) for d in (da, db))
+    if fa != fb:
+        return da if fa else db
+    if da.itemsize != db.itemsize and (
+        fa or np.issubdtype(da, np.signedinteger) == np.issubdtype(db, np.signedinteger)
+    ):
+        return da if da.itemsize > db.itemsize else db
+    if fa:  # two floats of one width
+        return bfloat16 if da.itemsize == 1 else float32
+    signed, unsigned = (da, db) if np.issubdtype(da, np.signedinteger) else (db, da)
+    if signed == unsigned or signed.itemsize > unsigned.itemsize:
+        return signed
+    widened: dict[int, np.dtype] = {1: int16, 2: int32}
+    return widened.get(unsigned.itemsize, float32)
 
 
 # ---- buffers -----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from axon.nki.context import active, kernel_site
-from axon.nki.dtypes import higher_precision
+from axon.nki.dtypes import promoted_dtype
 from axon.nki.indexing import Predicate
 from axon.nki.isa_base import (
     M,
@@ -182,7 +182,7 @@ def tensor_tensor(
     fn = op_name(op)
     eng = _engine("tensor_tensor", engine)
     if dst is None:
-        dst = _new(m, data1.shape, dtype or higher_precision(data1.dtype, data2.dtype))
+        dst = _new(m, data1.shape, dtype or promoted_dtype(data1.dtype, data2.dtype))
     data1, data2 = _masked(mask, data1, data2)
     (dst,) = _masked(mask, dst)
     if _empty(dst, data1):
