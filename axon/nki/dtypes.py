@@ -86,6 +86,17 @@ def promoted_dtype(a: Any, b: Any) -> np.dtype:
     return widened.get(unsigned.itemsize, float32)
 
 
+def scalar_dtype(value: Any) -> np.dtype:
+    """A scalar operand's dtype: a typed NumPy scalar's own, a weakly typed one's as the reference
+    infers it ("Weakly Typed Scalar Type Inference": bool -> uint8, integer -> int32, floating ->
+    float32; 64-bit NumPy scalars are weak too, the hardware has no 64-bit type)."""
+    if isinstance(value, np.generic) and value.dtype.itemsize < 8:
+        return value.dtype
+    if isinstance(value, bool | np.bool_):
+        return uint8
+    return int32 if isinstance(value, int | np.integer) else float32
+
+
 # ---- buffers -----------------------------------------------------------------------------------
 
 

@@ -50,3 +50,54 @@ def test_float16_plus_bfloat16_is_not_rounded_to_float16():
     a = np.full((4, 8), 1024.0, np.float16)
     b = np.full((4, 8), 0.25, BF16)  # 1024.25 is a float32, not a float16 (ulp 1 at 1024)
     np.testing.assert_array_equal(axon.nki.run(_add, a, b), np.full((4, 8), 1024.25, np.float32))
+
+
+def _scaled(value):
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        s = nl.add(nl.load(a), value)
+        out = nl.ndarray(a.shape, s.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=s)
+        return out
+
+    return k
+
+
+@pytest.mark.parametrize(
+    ("da", "value", "expected"),
+    [
+        (np.int8, 2, np.int32),  # the page's examples
+        (np.float16, 1.2, np.float32),
+        (BF16, 2.0, np.float32),
+        (BF16, 2, BF16),  # a float over an integer
+        (np.float16, np.float16(2), np.float16),  # a typed scalar keeps its dtype
+        (np.int8, np.int8(2), np.int8),
+        (np.float32, 0.5, np.float32),
+    ],
+)
+def test_a_weakly_typed_scalar_is_int32_or_float32(da, value, expected):
+    # "Weakly Typed Scalar Type Inference" (nki.api.shared): bool -> uint8, integer -> int32,
+    # floating -> float32, then promoted with the tile's dtype; the tile's dtype was kept
+    got = axon.nki.run(_scaled(value), np.ones((4, 8), da))
+    assert got.dtype == np.dtype(expected)
+
+
+def test_int8_plus_2_does_not_wrap():
+    a = np.array([[127, -128, 5, 100]], np.int8)
+    np.testing.assert_array_equal(axon.nki.run(_scaled(2), a), a.astype(np.int32) + 2)  # was [-127, ...]
+
+
+def test_negation_keeps_the_tile_dtype():
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        s = -nl.load(a)
+        out = nl.ndarray(a.shape, s.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=s)
+        return out
+
+    x = np.arange(8, dtype=np.float32).reshape(1, 8).astype(BF16)
+    got = axon.nki.run(k, x)
+    assert got.dtype == np.dtype(BF16)
+    np.testing.assert_array_equal(got, -x)
