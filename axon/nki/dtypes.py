@@ -19,6 +19,8 @@ float16 = np.dtype(np.float16)
 tfloat32 = float32  # tf32 is a TensorE input mode; its storage is fp32
 float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+# no infinities, NaN only at S.1111.111, so up to 448 (nki.language.float8_e4m3fn, Neuron 2.29+)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 int8, int16, int32 = np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32)
 uint8, uint16, uint32 = np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
@@ -33,6 +35,7 @@ _DTYPE_NAMES = {
     "tfloat32": tfloat32,
     "float8_e4m3": float8_e4m3,
     "float8_e5m2": float8_e5m2,
+    "float8_e4m3fn": float8_e4m3fn,
     "int8": int8,
     "int16": int16,
     "int32": int32,

@@ -23,6 +23,7 @@ from axon.nki.dtypes import (
     bfloat16,
     bool_,
     float8_e4m3,
+    float8_e4m3fn,
     float8_e5m2,
     float16,
     float32,
