@@ -11,6 +11,7 @@ from axon.nki.dtypes import promoted_dtype
 from axon.nki.indexing import Predicate
 from axon.nki.isa_base import (
     M,
+    _activation_vectors,
     _bitvec,
     _empty,
     _engine,
@@ -105,13 +106,7 @@ def _activation(
         return dst
     _same_count(m, dst, data, opcode, site)
     reads = [("data", data)] + [(r, v) for r, v in (("bias", bias), ("scale", scale)) if isinstance(v, View)]
-    for role, v in reads[1:]:
-        if v.free_size != 1:
-            raise m.fail(
-                f"activation {role} shape",
-                f"{role} {v!r} must hold one element per partition ([P, 1]), not {v.free_size}",
-                site,
-            )
+    _activation_vectors(m, reads[1:], site)
     extra = [("reduce_res", reduce_res)] if reduce_res is not None else []
     if extra:
         opcode = "activation_reduce"

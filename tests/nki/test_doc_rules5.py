@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import axon.nki
+from axon.errors import NKIError
 
 BF16, FP8E4, FP8E5 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2
 
@@ -122,3 +123,37 @@ def test_float8_e4m3fn_is_a_dtype_of_its_own():
 
     x = np.array([[300.0, 448.0, 1.0, -17.0]], np.float32)
     np.testing.assert_array_equal(axon.nki.run(k, x), [[288.0, 448.0, 1.0, -16.0]])
+
+
+@pytest.mark.parametrize(
+    ("role", "dtype", "legal"),
+    [
+        ("bias", np.float32, True),
+        ("bias", BF16, True),
+        ("bias", np.float16, True),
+        ("bias", np.int8, False),
+        ("scale", np.float32, True),
+        ("scale", BF16, False),
+        ("scale", np.float16, False),
+    ],
+)
+def test_activation_bias_and_scale_vector_dtypes(role, dtype, legal):
+    # page nki.errors: err_activation_bias_invalid_type ("a vector of type float32, float16, or
+    # bfloat16") and err_activation_scale_invalid_type ("a scalar or vector of type float32");
+    # any dtype was taken
+    def k(a, v):
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.activation(op=nl.exp, data=nl.load(a), **{role: nl.load(v)}))
+        return out
+
+    x = np.zeros((4, 8), np.float32)
+    v = np.ones((4, 1), dtype)
+    if legal:
+        expected = np.exp(x * 1.0 + 1.0) if role == "bias" else np.ones_like(x)
+        np.testing.assert_allclose(axon.nki.run(k, x, v), expected, rtol=1e-6)
+    else:
+        with pytest.raises(NKIError, match=f"activation {role} dtype: .*must be"):
+            axon.nki.run(k, x, v)
