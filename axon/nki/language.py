@@ -396,3 +396,4 @@ def __getattr__(name: str) -> Any:
 
 # the operators of views in kernel expressions (`a * b`, `x ** 2`, `t.broadcast_to(shape)`)
 OPERATORS.update(add=add, subtract=subtract, multiply=multiply, divide=divide, power=power, broadcast=_broadcast)
+OPERATORS.update(greater=greater, greater_equal=greater_equal, less=less, less_equal=less_equal)

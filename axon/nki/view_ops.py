@@ -77,6 +77,20 @@ class ViewOperators:
     def __pow__(self, o: Any) -> Any:
         return self._bin(o, "power")
 
+    # comparisons give 1.0/0.0 tiles (nki.errors err_ambiguous_tensor_truth_value writes `a_tile > 0`);
+    # == and != stay Python's: views are dictionary keys
+    def __gt__(self, o: Any) -> Any:
+        return self._bin(o, "greater")
+
+    def __ge__(self, o: Any) -> Any:
+        return self._bin(o, "greater_equal")
+
+    def __lt__(self, o: Any) -> Any:
+        return self._bin(o, "less")
+
+    def __le__(self, o: Any) -> Any:
+        return self._bin(o, "less_equal")
+
     def __neg__(self) -> Any:  # keeps the tile's dtype: -1.0 here is no operand of the kernel's
         return _operator("multiply")(self, -1.0, dtype=self.dtype)
 

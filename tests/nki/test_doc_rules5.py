@@ -157,3 +157,20 @@ def test_activation_bias_and_scale_vector_dtypes(role, dtype, legal):
     else:
         with pytest.raises(NKIError, match=f"activation {role} dtype: .*must be"):
             axon.nki.run(k, x, v)
+
+
+def test_python_comparisons_on_tiles():
+    # page nki.errors, err_ambiguous_tensor_truth_value: `a_tile > 0` is an elementwise comparison
+    # (its correct usage negates it with ~); a TypeError was raised
+    def k(a, b):
+        import neuronxcc.nki.language as nl
+
+        x, y = nl.load(a), nl.load(b)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.where(x > 0.0, x, y) + (x <= y) + (0.5 < x) * 2.0 + (x >= y) * 4.0)
+        return out
+
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((8, 16)).astype(np.float32)
+    expected = np.where(a > 0, a, b) + (a <= b) + (0.5 < a) * 2.0 + (a >= b) * 4.0
+    np.testing.assert_allclose(axon.nki.run(k, a, b), expected, rtol=1e-6)
