@@ -19,6 +19,8 @@ float16 = np.dtype(np.float16)
 tfloat32 = float32  # tf32 is a TensorE input mode; its storage is fp32
 float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+# no infinities, NaN only at S.1111.111, so up to 448 (nki.language.float8_e4m3fn, Neuron 2.29+)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 int8, int16, int32 = np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32)
 uint8, uint16, uint32 = np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
@@ -33,6 +35,7 @@ _DTYPE_NAMES = {
     "tfloat32": tfloat32,
     "float8_e4m3": float8_e4m3,
     "float8_e5m2": float8_e5m2,
+    "float8_e4m3fn": float8_e4m3fn,
     "int8": int8,
     "int16": int16,
     "int32": int32,
@@ -59,18 +62,42 @@ def dtype_name(dtype: np.dtype) -> str:
     return dtype.name
 
 
-def higher_precision(a: Any, b: Any) -> np.dtype:
-    """Of two tile dtypes, the one of higher precision: the wider, a float over an integer of the
-    same width, and of two floats of one width the one with more mantissa bits (float16 over
-    bfloat16). A value-returning tensor_tensor without dtype= writes this (nki.isa.tensor_tensor,
-    neuronxcc API)."""
-
-    def rank(d: np.dtype) -> tuple[int, int, int]:
-        is_float = not np.issubdtype(d, np.integer) and d != bool_
-        return d.itemsize, int(is_float), int(ml_dtypes.finfo(d).nmant) if is_float else 0
-
+def promoted_dtype(a: Any, b: Any) -> np.dtype:
+    """The dtype an arithmetic operation on tiles of dtypes `a` and `b` writes without dtype=, by
+    the reference's "NKI Type Promotion" rules (nki.api.shared, 2.21+; nki.isa.tensor_tensor and
+    nl.add name them): a float over an integer; of two floats the wider, and a new widened type for
+    two different ones of one width (float16 and bfloat16 -> float32, two fp8 -> bfloat16); of two
+    integers the wider, or the signed type that holds both (int8 and uint8 -> int16), float32 when
+    that would be 64-bit (int32 and uint32)."""
     da, db = as_dtype(a), as_dtype(b)
-    return db if rank(db) > rank(da) else da
+    if da == db:
+        return da
+    da, db = (uint8 if d == bool_ else d for d in (da, db))
+    fa, fb = (not np.issubdtype(d, np.integer) for d in (da, db))
+    if fa != fb:
+        return da if fa else db
+    if da.itemsize != db.itemsize and (
+        fa or np.issubdtype(da, np.signedinteger) == np.issubdtype(db, np.signedinteger)
+    ):
+        return da if da.itemsize > db.itemsize else db
+    if fa:  # two floats of one width
+        return bfloat16 if da.itemsize == 1 else float32
+    signed, unsigned = (da, db) if np.issubdtype(da, np.signedinteger) else (db, da)
+    if signed == unsigned or signed.itemsize > unsigned.itemsize:
+        return signed
+    widened: dict[int, np.dtype] = {1: int16, 2: int32}
+    return widened.get(unsigned.itemsize, float32)
+
+
+def scalar_dtype(value: Any) -> np.dtype:
+    """A scalar operand's dtype: a typed NumPy scalar's own, a weakly typed one's as the reference
+    infers it ("Weakly Typed Scalar Type Inference": bool -> uint8, integer -> int32, floating ->
+    float32; 64-bit NumPy scalars are weak too, the hardware has no 64-bit type)."""
+    if isinstance(value, np.generic) and value.dtype.itemsize < 8:
+        return value.dtype
+    if isinstance(value, bool | np.bool_):
+        return uint8
+    return int32 if isinstance(value, int | np.integer) else float32
 
 
 # ---- buffers -----------------------------------------------------------------------------------

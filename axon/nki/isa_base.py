@@ -173,6 +173,20 @@ def _same_count(m: Machine, a: View, b: View, opcode: str, site: tuple[str, int]
         raise m.fail("shape mismatch", f"{opcode}: {list(a.shape)} vs {list(b.shape)}", site)
 
 
+def _activation_vectors(m: Machine, reads: list[tuple[str, View]], site: tuple[str, int]) -> None:
+    """An activation's bias and scale tiles: [P, 1] vectors, a bias of float32, float16 or bfloat16
+    and a scale of float32 (nki.errors err_activation_bias_invalid_type and
+    err_activation_scale_invalid_type, Neuron 2.21+)."""
+    for role, v in reads:
+        if v.free_size != 1:
+            why = f"must hold one element per partition ([P, 1]), not {v.free_size}"
+            raise m.fail(f"activation {role} shape", f"{role} {v!r} {why}", site)
+        allowed = ("float32",) if role == "scale" else ("float32", "float16", "bfloat16")
+        if v.dtype.name not in allowed:
+            why = f"a {role} vector must be {' or '.join(allowed)}, not {v.dtype.name}"
+            raise m.fail(f"activation {role} dtype", f"{role} {v!r}: {why}", site)
+
+
 def _not_both_psum(m: Machine, opcode: str, a: Any, b: Any, roles: str, site: tuple[str, int]) -> None:
     """Two tile inputs of a VectorE/GpSimd instruction may not both be read from PSUM."""
     if isinstance(a, View) and isinstance(b, View) and a.alloc.kind == "psum" and b.alloc.kind == "psum":

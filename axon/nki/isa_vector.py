@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 
 from axon.nki.context import active, kernel_site
-from axon.nki.dtypes import higher_precision
+from axon.nki.dtypes import promoted_dtype
 from axon.nki.indexing import Predicate
 from axon.nki.isa_base import (
     M,
+    _activation_vectors,
     _bitvec,
     _empty,
     _engine,
@@ -105,13 +106,7 @@ def _activation(
         return dst
     _same_count(m, dst, data, opcode, site)
     reads = [("data", data)] + [(r, v) for r, v in (("bias", bias), ("scale", scale)) if isinstance(v, View)]
-    for role, v in reads[1:]:
-        if v.free_size != 1:
-            raise m.fail(
-                f"activation {role} shape",
-                f"{role} {v!r} must hold one element per partition ([P, 1]), not {v.free_size}",
-                site,
-            )
+    _activation_vectors(m, reads[1:], site)
     extra = [("reduce_res", reduce_res)] if reduce_res is not None else []
     if extra:
         opcode = "activation_reduce"
@@ -182,7 +177,7 @@ def tensor_tensor(
     fn = op_name(op)
     eng = _engine("tensor_tensor", engine)
     if dst is None:
-        dst = _new(m, data1.shape, dtype or higher_precision(data1.dtype, data2.dtype))
+        dst = _new(m, data1.shape, dtype or promoted_dtype(data1.dtype, data2.dtype))
     data1, data2 = _masked(mask, data1, data2)
     (dst,) = _masked(mask, dst)
     if _empty(dst, data1):

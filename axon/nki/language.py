@@ -23,6 +23,7 @@ from axon.nki.dtypes import (
     bfloat16,
     bool_,
     float8_e4m3,
+    float8_e4m3fn,
     float8_e5m2,
     float16,
     float32,
@@ -32,8 +33,10 @@ from axon.nki.dtypes import (
     int32,
     par_dim,
     private_hbm,
+    promoted_dtype,
     psum,
     sbuf,
+    scalar_dtype,
     shared_hbm,
     tfloat32,
     uint8,
@@ -102,11 +105,13 @@ def _is_vector(x: Any, ref: View) -> bool:
 def _binary(fn: str, x: Any, y: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> Any:
     m = active()
     mask = _mask(mask)
-    if mask == "skip":  # the instruction is dropped: its result tile holds nothing written
-        ref = x if isinstance(x, View) else y
-        return I._new(m, ref.shape, dtype or ref.dtype)
     if not isinstance(x, View) and not isinstance(y, View):
         return ALU[fn](NUMPY_FP32, np.float32(x), np.float32(y))
+    # without dtype=, the promoted dtype of both operands, a scalar's included (nki.api.shared,
+    # "NKI Type Promotion": (np.int8, 2) -> np.int32, (np.float16, 1.2) -> np.float32)
+    dtype = dtype or promoted_dtype(*(v.dtype if isinstance(v, View) else scalar_dtype(v) for v in (x, y)))
+    if mask == "skip":  # the instruction is dropped: its result tile holds nothing written
+        return I._new(m, (x if isinstance(x, View) else y).shape, dtype)
     for v in (x, y):
         if isinstance(v, View) and v.alloc.kind == "hbm":
             raise m.fail("HBM operand", f"nl.{fn} computes on SBUF/PSUM tiles; load {v!r} first")
@@ -391,3 +396,4 @@ def __getattr__(name: str) -> Any:
 
 # the operators of views in kernel expressions (`a * b`, `x ** 2`, `t.broadcast_to(shape)`)
 OPERATORS.update(add=add, subtract=subtract, multiply=multiply, divide=divide, power=power, broadcast=_broadcast)
+OPERATORS.update(greater=greater, greater_equal=greater_equal, less=less, less_equal=less_equal)

@@ -28,6 +28,9 @@ class ViewOperators:
 
         def index(self, key: Any) -> Any: ...
 
+        @property
+        def dtype(self) -> Any: ...
+
     def __getitem__(self, key: Any) -> Any:
         return self.index(key)
 
@@ -74,8 +77,22 @@ class ViewOperators:
     def __pow__(self, o: Any) -> Any:
         return self._bin(o, "power")
 
-    def __neg__(self) -> Any:
-        return self._bin(-1.0, "multiply")
+    # comparisons give 1.0/0.0 tiles (nki.errors err_ambiguous_tensor_truth_value writes `a_tile > 0`);
+    # == and != stay Python's: views are dictionary keys
+    def __gt__(self, o: Any) -> Any:
+        return self._bin(o, "greater")
+
+    def __ge__(self, o: Any) -> Any:
+        return self._bin(o, "greater_equal")
+
+    def __lt__(self, o: Any) -> Any:
+        return self._bin(o, "less")
+
+    def __le__(self, o: Any) -> Any:
+        return self._bin(o, "less_equal")
+
+    def __neg__(self) -> Any:  # keeps the tile's dtype: -1.0 here is no operand of the kernel's
+        return _operator("multiply")(self, -1.0, dtype=self.dtype)
 
     def broadcast_to(self, shape: Any) -> Any:
         return _operator("broadcast")(self, tuple(shape))
