@@ -93,12 +93,13 @@ tile_size = SimpleNamespace(
 
 
 def _is_vector(x: Any, ref: View) -> bool:
+    """`x` is one value per partition of `ref` (also a [P] tile against a [P, 1] one, as at N=1)."""
     return (
         isinstance(x, View)
         and x.ndim >= 1
         and x.free_size == 1
         and x.partitions == ref.partitions
-        and ref.free_size > 1
+        and (ref.free_size > 1 or x.ndim < ref.ndim)
     )
 
 

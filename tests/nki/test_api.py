@@ -205,3 +205,23 @@ def test_bn_stats_under_a_mask_keeps_whole_records_when_the_last_chunk_is_short(
     x = a.astype(np.float64)
     assert rel_err(got[:, 0], x.mean(axis=1)) < 1e-6
     assert rel_err(got[:, 1], x.var(axis=1)) < 1e-4
+
+
+@pytest.mark.parametrize("cols", [1, 3])
+def test_a_row_reduction_without_keepdims_scales_its_rows_at_one_column_too(tmp_path, cols):
+    # nl.sum(x, axis=[1]) is a [128] tile; times the [128, N] input it scales each row, but at N=1
+    # ([128, 1] times [128]) it was "shape mismatch: nl.multiply of [128, 1] and [128]" (AWS's
+    # rmsnorm and layernorm v1 tutorials at N=1)
+    (tmp_path / "k.py").write_text(
+        "import neuronxcc.nki.language as nl\n\n\ndef k(a):\n"
+        "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
+        "    i_p, i_f = nl.arange(128)[:, None], nl.arange(a.shape[1])[None, :]\n"
+        "    x = nl.load(a[i_p, i_f], mask=(i_p < a.shape[0]))\n"
+        "    s = nl.sum(nl.square(x), axis=[1])\n"
+        "    nl.store(out[i_p, i_f], value=nl.multiply(x, s), mask=(i_p < a.shape[0]))\n"
+        "    return out\n"
+    )
+    a = np.random.default_rng(0).standard_normal((100, cols)).astype(np.float32)
+    got = np.asarray(axon.nki.run(axon.nki.load_kernel(f"{tmp_path / 'k.py'}:k"), a), dtype=np.float64)
+    x = a.astype(np.float64)
+    assert rel_err(got, x * (x * x).sum(axis=1, keepdims=True)) < 1e-6
