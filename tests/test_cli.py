@@ -64,6 +64,19 @@ def test_unbound_dimension(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("command", ["check", "show", "variants", "tune"])
+def test_shape_given_twice_binds_both_and_a_dimension_given_twice_is_refused(tmp_path, command):
+    # `--shape M=4 --shape K=8` kept K=8 alone and said "unbound dimension 'M'"
+    spec = tmp_path / "two.py"
+    spec.write_text("import axon.spec as ax\n@ax.spec(x='M K')\ndef f(x):\n    return ax.exp(x)\n")
+    extra = ("--trials", "1", "--no-track", "--workdir", str(tmp_path / "w")) if command == "tune" else ()
+    result = axon_in_process(command, f"{spec}:f", "--shape", "M=128", "--shape", "K=8", *extra)
+    assert result.returncode == 0, result.stderr
+    _one_line_error(
+        axon_in_process(command, f"{spec}:f", "--shape", "M=128", "--shape", "M=256,K=8", *extra), "'M' is given twice"
+    )
+
+
 def test_hardware_file_errors_name_field_and_file(tmp_path):
     good = axon_in_process("hw", "trn2")
     assert good.returncode == 0 and "sbuf_bytes_per_partition=229376" in good.stdout

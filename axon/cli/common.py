@@ -15,7 +15,19 @@ from axon.workloads import get
 workdir_option = click.option(
     "--workdir", default=None, help="Working directory with records.db, mlflow.db (default $AXON_HOME or ./.axon)."
 )
-shape_option = click.option("--shape", default=None, help="Bind dimensions, e.g. M=4096,K=1024 (over the preset).")
+
+
+def joined_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str | None:
+    """--shape given several times is one list (`--shape M=1,2 --shape N=512` is M=1,2,N=512): the
+    last one alone was kept, and the others' dimensions were silently dropped."""
+    return ",".join(values) if values else None
+
+
+def shape_option_with(help_text: str) -> Any:
+    return click.option("--shape", multiple=True, callback=joined_shapes, help=help_text)
+
+
+shape_option = shape_option_with("Bind dimensions, e.g. M=4096,K=1024 (over the preset).")
 preset_option = click.option("--preset", default="default", show_default=True, help="Shape preset.")
 dtype_option = click.option("--dtype", default="float32", show_default=True, type=click.Choice(KERNEL_DTYPES))
 

@@ -11,7 +11,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from axon.cli.common import resolve_workdir, workdir_option
+from axon.cli.common import resolve_workdir, shape_option_with, workdir_option
 from axon.cli.fleet import fleet_sweep, show_report
 from axon.ir import KERNEL_DTYPES
 from axon.measure.events import Callback, TrialLog
@@ -82,11 +82,9 @@ def _has_list(shape: str) -> bool:
 
 @click.command()
 @click.argument("workload")
-@click.option(
-    "--shape",
-    default=None,
-    help="Bind dimensions over the preset, e.g. M=4096,K=1024; a range M=512..8192[:STEP] or a list "
-    "M=512,1024 tunes a kernel family for those shapes.",
+@shape_option_with(
+    "Bind dimensions over the preset, e.g. M=4096,K=1024; a range M=512..8192[:STEP] or a list "
+    "M=512,1024 tunes a kernel family for those shapes."
 )
 @click.option("--preset", default="default", show_default=True)
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(KERNEL_DTYPES))

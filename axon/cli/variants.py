@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from axon.cli.common import shape_option_with
 from axon.errors import AxonError
 from axon.ir import KERNEL_DTYPES
 from axon.ir.trace import bind_dims
@@ -31,7 +32,7 @@ from axon.workloads import get
     help="Seconds per proof, > 0.",
 )
 @click.option("--max-variants", default=200, show_default=True, type=click.IntRange(1, 10000))
-@click.option("--shape", default=None, help="Bind dimensions, e.g. M=4096,K=1024 (proofs stay for all sizes).")
+@shape_option_with("Bind dimensions, e.g. M=4096,K=1024 (proofs stay for all sizes).")
 @click.option("--preset", default="default", show_default=True, help="Shape preset tune's numbering is computed at.")
 @click.option(
     "--dtype",
