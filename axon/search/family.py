@@ -67,6 +67,7 @@ class Family:
     measured_shapes: list[dict[str, int]] = field(default_factory=list)
     probe_shapes: list[dict[str, int]] = field(default_factory=list)
     out_of_time: bool = False  # the time budget ended the tunings before every anchor and probe ran
+    turned_down: list[str] = field(default_factory=list)  # schedules that failed a numerics check, and why
 
     def shapes_of(self, schedule: int) -> list[dict[str, int]]:
         return [r.dims for r in self.rows if r.schedule == schedule]
@@ -82,6 +83,7 @@ class Family:
             lines.append(
                 f"  schedule {i}: {len(shapes)} shapes, {span(shapes, [r.dims for r in self.rows])}: {point_key(point)}"
             )
+        lines += [f"  turned down: {why}" for why in self.turned_down]
         return "\n".join(lines)
 
 
@@ -251,6 +253,15 @@ class FamilyBuilder:
         for dims in self.measured:  # every candidate at every measured shape: measured choices there
             self.measured_latencies(dims)
         self._fit()
+        family = self._assemble()
+        family.out_of_time = self.out_of_time
+        return family
+
+    def without(self, points: Sequence[Mapping[str, Any]]) -> Family:
+        """The family again with `points` no longer candidates (they failed a check): every shape
+        served by the best of the rest, from the measurements already made."""
+        gone = {point_key(dict(p)) for p in points}
+        self.candidates = [c for c in self.candidates if point_key(c) not in gone]
         family = self._assemble()
         family.out_of_time = self.out_of_time
         return family

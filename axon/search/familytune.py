@@ -16,6 +16,7 @@ from axon.search.family import Family, FamilyBuilder, FamilyConfig, FamilyProble
 from axon.search.familyout import BoundaryCheck, boundary_checks, family_record, latency_plot, log_family, write_module
 from axon.search.guards import preflight
 from axon.search.request import TuneRequest
+from axon.search.sampler import point_key
 from axon.search.tuning import quiet_optuna
 from axon.search.variants import verified_variants
 from axon.track import Tracker
@@ -73,16 +74,27 @@ def tune_family(
     with quiet_optuna():
         problems = FamilyProblems(w.name, graph, request.hw, verified_variants(graph, request.depth), request.dtype)
         meter = get_backend(request.backend, request.workdir.kernel_cache)
-        family = FamilyBuilder(
+        builder = FamilyBuilder(
             problems,
             shapes,
             meter,
             open_records(records_location(request.records, None, request.workdir.records)),
             config,
-        ).build()
-    family.ranges = {k: tuple(v) for k, v in ranges.items()}
+        )
+        family = builder.build()
     checks = boundary_checks(family, problems, request.workdir.kernel_cache) if request.check else []
     failed = [c for c in checks if not c.ok]
+    turned_down: list[str] = []
+    while failed and len(builder.candidates) > len({c.schedule for c in failed}):
+        # as a single-shape tune turns a kernel down and reports the next: the schedules that fail go,
+        # and every shape is served by the best of the other candidates already measured
+        bad = [family.schedules[i] for i in sorted({c.schedule for c in failed})]
+        turned_down += [f"{point_key(p)}: {_why(c)}" for p, c in zip(bad, _first_per_schedule(failed))]
+        family = builder.without(bad)
+        checks = boundary_checks(family, problems, request.workdir.kernel_cache)
+        failed = [c for c in checks if not c.ok]
+    family.ranges = {k: tuple(v) for k, v in ranges.items()}
+    family.turned_down = turned_down
     # the kernel name, not the workload's: a spec's workload is its path and function ("dir/f.py:fn")
     out = request.out or request.workdir.root / "families" / f"{w.kernel_name}_{request.hw.name}"
     out.mkdir(parents=True, exist_ok=True)
@@ -108,7 +120,16 @@ def tune_family(
     if failed:
         c = failed[0]
         raise AxonError(
-            f"{w.name}: schedule {c.schedule} fails the numerics check at {c.dims} "
-            f"(max rel err {c.max_rel_err:.2e}, adversarial: {c.adversarial}); module written to {module}"
+            f"{w.name}: schedule {c.schedule} fails the numerics check at {_why(c)}"
+            + (f" ({len(turned_down)} other schedules turned down before it)" if turned_down else "")
+            + f"; module written to {module}"
         )
     return FamilyReport(family, tuple(checks), module, plot, run_id)
+
+
+def _why(c: BoundaryCheck) -> str:
+    return f"{c.dims} (max rel err {c.max_rel_err:.2e}, adversarial: {c.adversarial})"
+
+
+def _first_per_schedule(failed: list[BoundaryCheck]) -> list[BoundaryCheck]:
+    return [next(c for c in failed if c.schedule == i) for i in sorted({c.schedule for c in failed})]

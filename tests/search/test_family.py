@@ -255,3 +255,31 @@ def test_a_schedule_names_the_dimension_it_is_fixed_at_where_the_family_varies_i
     assert span([s for s in shapes if s["M"] == 128], shapes) == "M=128,N=128..384"
     assert span(shapes, shapes) == span(shapes) == "M=128..256,N=128..384"
     assert span([{"M": 128, "N": 256}]) == "M=128,N=256"  # one shape, nothing varies: every dimension
+
+
+def test_a_schedule_failing_its_numerics_check_is_turned_down_and_the_next_serves(tmp_path):
+    # a single-shape tune turns a kernel down and reports the next; a family exited 2 with its module
+    # marked FAILED ("schedule 0 fails the numerics check at {'N': 512, 'M': 1} ... offset(x)") while
+    # other measured schedules passed: bn_stats moments of rows offset far from zero, at M=1
+    (tmp_path / "odd.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef rowstd(x):\n    return ax.sqrt(ax.var(x) + 1e-6)\n"
+    )
+    args = (
+        "tune",
+        "odd.py:rowstd",
+        "--shape",
+        "M=1,2",
+        "--shape",
+        "N=512",
+        "--trials",
+        "4",
+        "--no-track",
+    )  # two --shape
+    result = axon_in_process(*args, "--workdir", str(tmp_path / "w"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "turned down: " in result.stdout and "offset(x)" in result.stdout, result.stdout
+    assert "numerics at the boundaries: 2/2 ok" in result.stdout
+    module = load_family(tmp_path / "w" / "families" / "rowstd_trn1")
+    x = (1e4 + np.random.default_rng(0).standard_normal((1, 512))).astype(np.float32)
+    ref = np.sqrt(x.astype(np.float64).var(axis=-1) + 1e-6)
+    assert np.abs(module.emulate(x).reshape(-1) - ref).max() <= 1e-5 * np.abs(ref).max()
