@@ -388,3 +388,12 @@ def test_presets_not_keyed_by_function_name_say_how_they_are_keyed(tmp_path):
     # presets of the file's other functions only: `mm` has none, the unbound dimension is the message
     (tmp_path / "other.py").write_text("import axon.spec as ax\nPRESETS = {'other': {}}" + body)
     assert "unbound dimension" in refused("show", str(tmp_path / "other.py:mm"))
+
+
+def test_a_one_dimensional_result_says_what_the_lowering_needs_and_how_to_keep_it_2d(tmp_path):
+    # it said "outputs must share batch and row axes, got [(100,)]" for a sum without keepdims
+    (tmp_path / "s.py").write_text(
+        "import axon.spec as ax\n\n@ax.spec(x='M N')\ndef sumsq(x):\n    return ax.sum(x * x, keepdims=False)\n"
+    )
+    line = refused("tune", f"{tmp_path / 's.py'}:sumsq", "--shape", "M=100,N=256", "--trials", "2", "--no-track")
+    assert "[rows, columns]" in line and "got [[100]]" in line and "keepdims=True" in line, line

@@ -99,7 +99,16 @@ def _classify(graph: Graph) -> Roles:
     shapes = [graph.concrete_shape(o) for o in graph.outputs]
     out = shapes[0]
     if len(out) < 2 or any(s[:-1] != out[:-1] for s in shapes):
-        raise LoweringError(f"{graph.name}: outputs must share batch and row axes, got {shapes}")
+        raise LoweringError(
+            f"{graph.name}: the lowering computes each result as [rows, columns] (batch axes first) and all "
+            f"of one pass with the same rows, got {[list(s) for s in shapes]}"
+            + (
+                "; a 1-D result (a reduction without keepdims, or a vector such as y**3 of an input y of shape "
+                "[N] computed on its own) is not lowered: keep it 2-D (keepdims=True, or y as [1, N])"
+                if any(len(s) < 2 for s in shapes)
+                else ""
+            )
+        )
     roles = Roles(graph, out)
     for o in graph.outputs:
         _assign(roles, o, "row", batch_vars(len(out) - 2))
