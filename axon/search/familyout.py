@@ -127,6 +127,7 @@ def write_module(
         served=span([r.dims for r in family.rows]),
         kernel=kernel_name,
         hw=hw,
+        dtype=problems.dtype,
     )
     module = out / f"{kernel_name}_family.py"  # the kernels' name: a spec's workload is "dir/f.py:fn"
     module.write_text(body)
@@ -145,15 +146,22 @@ INPUTS = {names!r}  # the kernel's array parameters, in order
 INPUT_DIMS = {inputs!r}  # each input's dimensions, by position
 SHAPES = {shapes!r}  # shape -> each input's array shape
 SERVED = {served!r}
+DTYPE = {dtype!r}  # every kernel's dtype: it is compiled into the kernels (tiles, output) and checked in it
 KERNELS = {table!r}  # shape -> (kernel file, function, schedule)
 ROWS = {rows!r}
 
 
 def shape_of(*arrays):
     """The family's dimensions (a key of KERNELS) for arrays of these shapes; TypeError for another
-    number of arrays, KeyError for shapes no kernel of the family serves (or that disagree)."""
+    number of arrays or arrays not of DTYPE, KeyError for shapes no kernel of the family serves (or
+    that disagree)."""
     if len(arrays) != len(INPUTS):
         raise TypeError(f"{kernel}: expected {{len(INPUTS)}} arrays ({{', '.join(INPUTS)}}), got {{len(arrays)}}")
+    # the kernels were tuned and checked in DTYPE: other arrays ran cast, their result silently in DTYPE
+    wrong = [f"{{n}} is {{getattr(a, 'dtype', type(a).__name__)}}" for n, a in zip(INPUTS, arrays)
+             if str(getattr(a, "dtype", "")) != DTYPE]
+    if wrong:
+        raise TypeError(f"{kernel}: this family's kernels take {{DTYPE}} arrays, but {{', '.join(wrong)}}")
     got = tuple(tuple(int(n) for n in getattr(a, "shape", ())) for a in arrays)
     for key, shapes in SHAPES.items():
         if shapes == got:

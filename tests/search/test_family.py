@@ -249,6 +249,29 @@ def test_family_module_dispatches_composite_dimensions_and_names_mismatched_inpu
         module.kernel_file(q)
 
 
+def test_family_module_refuses_arrays_of_another_dtype(tmp_path):
+    """A bfloat16 family called with float32 arrays (or a float32 one with float64 or int32) ran its
+    kernels on the cast inputs and returned bfloat16 (float32) without a word; now a TypeError
+    naming each array and its dtype."""
+    import ml_dtypes
+
+    from axon.search.family import Family, ShapeRow
+
+    g = get("rmsnorm_matmul").graph("small")
+    problems = FamilyProblems("rmsnorm_matmul", g, load_hw("trn1"), verified_variants(g, depth=0), "bfloat16")
+    shapes = [{**g.bindings, "M": m} for m in (128, 256)]
+    rows = [ShapeRow(d, 0, 1.0, True, 1.0, 1.0) for d in shapes]
+    fam = Family("rmsnorm_matmul", {"M": (128, 256)}, [problems(shapes[0]).default_point()], rows, 2, shapes)
+    module = load_family(write_module(fam, problems, tmp_path / "out", [], "trn1"))
+    bf = ml_dtypes.bfloat16
+    x, gv, w = np.ones((128, 256), bf), np.ones(256, bf), np.ones((256, 512), bf)
+    assert module.DTYPE == "bfloat16" and "M128" in module.kernel_file(x, gv, w)[0].name
+    with pytest.raises(TypeError, match=r"take bfloat16 arrays, but x is float32, w is float32$"):
+        module.kernel_file(x.astype(np.float32), gv, w.astype(np.float32))
+    with pytest.raises(TypeError, match=r"but g is list"):
+        module.kernel_file(x, [1.0] * 256, w)
+
+
 def test_a_schedule_names_the_dimension_it_is_fixed_at_where_the_family_varies_it():
     # --shape M=128,256,N=128..384:128: schedules serving M=128 and M=256 were both "N=128..384"
     shapes = grid({"M": (128, 256), "N": (128, 256, 384)})
