@@ -96,7 +96,9 @@ def tune_family(
     family.ranges = {k: tuple(v) for k, v in ranges.items()}
     family.turned_down = turned_down
     # the kernel name, not the workload's: a spec's workload is its path and function ("dir/f.py:fn")
-    out = request.out or request.workdir.root / "families" / f"{w.kernel_name}_{request.hw.name}"
+    # and its dtype beside float32: a bfloat16 family of the same kernel replaced the float32 one's module
+    suffix = "" if request.dtype == "float32" else f"_{request.dtype}"
+    out = request.out or request.workdir.root / "families" / f"{w.kernel_name}_{request.hw.name}{suffix}"
     out.mkdir(parents=True, exist_ok=True)
     plot = latency_plot(family, out / f"{w.kernel_name}_family.png")
     run_id = ""

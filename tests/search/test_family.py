@@ -164,6 +164,22 @@ def test_a_spec_family_from_another_directory_lands_in_the_workdir(tmp_path):
     assert load_family(out).__name__ == "shifted_family"
 
 
+def test_a_bfloat16_family_keeps_the_float32_one_of_the_same_kernel(tmp_path):
+    """Both went to families/<kernel>_<hw>/: the bfloat16 tune replaced the float32 family's module."""
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef e(x):\n    return ax.exp(x)\n"
+    )
+    for dtype in ("float32", "bfloat16"):
+        result = axon_in_process(
+            "tune", "spec.py:e", "--shape", "M=128,256", "--shape", "N=128", "--dtype", dtype, "--trials", "1",
+            "--quiet", "--no-track", "--workdir", "w", cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    families = tmp_path / "w" / "families"
+    assert load_family(families / "e_trn1").DTYPE == "float32"
+    assert load_family(families / "e_trn1_bfloat16").DTYPE == "bfloat16"
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(tmp_path):
     args = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--shape", "M=128..512"]
