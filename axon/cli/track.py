@@ -82,6 +82,14 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
     raise StoreError(f"the MLflow UI did not answer at {url} within {timeout_s:.0f} s")
 
 
+def _existing(workdir: str | None) -> Path:
+    """The working directory, not made; a file there is named as one (it was 'no working directory')."""
+    path = Workdir.locate(workdir)
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"workdir {path} is a file, not a directory: pass another --workdir")
+    return path
+
+
 @click.command()
 @workdir_option
 @click.option(
@@ -101,7 +109,7 @@ def ui(workdir: str | None, port: int, open_browser: bool | None) -> None:
     """Start the MLflow UI on the working directory's store (127.0.0.1 only) and print the page of
     its tuning runs; Ctrl-C, SIGTERM or SIGHUP stops it and everything it started."""
 
-    path = Workdir.locate(workdir)
+    path = _existing(workdir)
     if not path.is_dir():  # a mistyped --workdir served an empty store it had just made
         raise StoreError(f"no working directory {path} (run `axon tune` first, or pass --workdir)")
     path = resolve_workdir(workdir).root
@@ -205,7 +213,7 @@ def stop_ui(proc: subprocess.Popen) -> None:
 def runs(workdir: str | None, count: int, as_json: bool) -> None:
     """List recent tuning runs: hardware, shape, dtype, best latency and speedup over unfused."""
 
-    path = Workdir.locate(workdir)  # only reads: a mistyped --workdir must not be left behind as a directory
+    path = _existing(workdir)  # only reads: a mistyped --workdir must not be left behind as a directory
     if not (path / "mlflow.db").exists():
         raise StoreError(f"no tracking store in {path} (run `axon tune` first, or pass --workdir)")
     tracker = Tracker.for_workdir(path)
