@@ -224,16 +224,27 @@ def runs(workdir: str | None, count: int, as_json: bool) -> None:
             click.echo(json.dumps(row))
         return
     click.echo(
-        f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<9} {'shape':<20} {'dtype':<8} "
+        f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<9} {'shape':<30} {'dtype':<8} "
         f"{'best us':>10} {'vs unfused':>10}"
     )
     for row in rows:
-        best, speedup = row["best_latency_us"], row["speedup_vs_unfused"]
-        click.echo(
-            f"{row['run_id']:<32}  {_fit(row['name'], 24):<24} {row['status'][:8]:<8} {row['started']:<16} "
-            f"{row['hw'][:9]:<9} {row['shape'][:20]:<20} {row['dtype'][:8]:<8} "
-            f"{'' if best is None else f'{best:.2f}':>10} {'' if speedup is None else f'{speedup:.2f}x':>10}"
-        )
+        click.echo(_row_line(row))
+
+
+def _row_line(row: dict) -> str:
+    """One run as a line of the table. A cell too long for its column ends in "…": cut silently, a
+    family's "M=64,128,192,256,320,N=96,200" read as the complete shape M=64,128,192,256,320."""
+    best, speedup = row["best_latency_us"], row["speedup_vs_unfused"]
+    return (
+        f"{row['run_id']:<32}  {_fit(row['name'], 24):<24} {row['status'][:8]:<8} {row['started']:<16} "
+        f"{_cut(row['hw'], 9):<9} {_cut(row['shape'], 30):<30} {_cut(row['dtype'], 8):<8} "
+        f"{'' if best is None else f'{best:.2f}':>10} {'' if speedup is None else f'{speedup:.2f}x':>10}"
+    )
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` cut to `width`, keeping its start, with "…" where it was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _run_row(run: Any) -> dict:
@@ -271,7 +282,7 @@ def _hw_text(param: str) -> str:
 
 def _shape_text(param: str) -> str:
     """The `shapes` param ({"M": 256, "N": 512}) as `--shape` takes it: M=256,N=512 (a family's
-    {"M": [128, 256], "N": 512}: M=128,256,N=512)."""
+    {"M": [128, 256], "N": 512}: M=128,256,N=512; {"M": [128, 256, 384]}: M=128..384:128)."""
 
     try:
         bindings = json.loads(param)
@@ -279,6 +290,15 @@ def _shape_text(param: str) -> str:
         return param
     if not isinstance(bindings, dict):
         return param
-    return ",".join(
-        f"{name}={','.join(map(str, size)) if isinstance(size, list) else size}" for name, size in bindings.items()
-    )
+    return ",".join(f"{name}={_sizes_text(size)}" for name, size in bindings.items())
+
+
+def _sizes_text(size: Any) -> str:
+    """One dimension's size, or a family's sizes as `--shape` takes them: evenly spaced ones as a range
+    (128..2048:128, sixteen sizes), others as a list (1,100,129)."""
+    if not isinstance(size, list):
+        return str(size)
+    steps = {b - a for a, b in zip(size, size[1:])}
+    if len(size) > 2 and len(steps) == 1 and steps.pop() > 0:
+        return f"{size[0]}..{size[-1]}:{size[1] - size[0]}"
+    return ",".join(map(str, size))
