@@ -153,10 +153,11 @@ class FamilyBuilder:
         db: Records,
         config: FamilyConfig,
         holdout: Sequence[dict[str, int]] = (),
+        model: CostModel | None = None,
     ) -> None:
         self.problems, self.shapes, self.meter, self.db, self.config = problems, list(shapes), meter, db, config
         self.holdout = list(holdout)  # shapes served but never measured (an experiment's held-out shapes)
-        self.model = CostModel(seed=config.seed)
+        self.model = model or CostModel(seed=config.seed)  # `--cost-model`: warm-started, trained on as it measures
         self.measurements = 0
         self.measured: list[dict[str, int]] = []
         self.probed: list[dict[str, int]] = []

@@ -180,6 +180,30 @@ def test_a_bfloat16_family_keeps_the_float32_one_of_the_same_kernel(tmp_path):
     assert load_family(families / "e_trn1_bfloat16").DTYPE == "bfloat16"
 
 
+def test_a_family_takes_its_cost_model_and_records_how_it_was_tuned(tmp_path):
+    """`--cost-model` with a range was dropped without a word (a missing file tuned on from scratch),
+    and the family's run had no seed, trials, sampler, backend, hw file hash or cost model to rerun it by."""
+    import mlflow
+
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef e(x):\n    return ax.exp(x)\n"
+    )
+    common = ("tune", "spec.py:e", "--shape", "M=128,256", "--shape", "N=128", "--trials", "1", "--quiet")
+    refused(
+        *common, "--cost-model", "missing.json", "--no-track", cwd=tmp_path, fragments=("missing.json", "not found")
+    )
+    result = axon_in_process(
+        *common, "--hw", "trn2", "--cost-model", "trn1", "--seed", "7", "--workdir", "w", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "was trained on trn1, tuning on trn2" in result.stderr
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/w/mlflow.db")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    params = run.data.params
+    assert (params["seed"], params["trials"], params["sampler"], params["backend"]) == ("7", "1", "costmodel", "sim")
+    assert params["cost_model"].endswith("axon-costmodel-trn1.json") and params["hw_file_hash"]
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(tmp_path):
     args = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--shape", "M=128..512"]
