@@ -92,3 +92,18 @@ def _values(text: str, value: str, hint: str, collapsed: list[str], max_shapes: 
             "or a single value"
         )
     return values
+
+
+def format_sizes(sizes: object) -> str:
+    """One dimension's size, or its sizes as `--shape` takes them: evenly spaced ones as a range
+    (128..2048:128, sixteen sizes), others as a list (1,100,129).
+
+    >>> format_sizes([128, 256, 384]), format_sizes([1, 100, 129]), format_sizes(512)
+    ('128..384:128', '1,100,129', '512')
+    """
+    if not isinstance(sizes, (list, tuple)):
+        return str(sizes)
+    steps = {b - a for a, b in zip(sizes, sizes[1:])}
+    if len(sizes) > 2 and len(steps) == 1 and sizes[1] > sizes[0]:
+        return f"{sizes[0]}..{sizes[-1]}:{sizes[1] - sizes[0]}"
+    return ",".join(map(str, sizes))

@@ -18,6 +18,7 @@ import click
 
 from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import StoreError
+from axon.options import format_sizes
 from axon.track.tracker import Tracker
 from axon.track.view import runs_url
 from axon.workdir import Workdir, pid_alive
@@ -290,15 +291,4 @@ def _shape_text(param: str) -> str:
         return param
     if not isinstance(bindings, dict):
         return param
-    return ",".join(f"{name}={_sizes_text(size)}" for name, size in bindings.items())
-
-
-def _sizes_text(size: Any) -> str:
-    """One dimension's size, or a family's sizes as `--shape` takes them: evenly spaced ones as a range
-    (128..2048:128, sixteen sizes), others as a list (1,100,129)."""
-    if not isinstance(size, list):
-        return str(size)
-    steps = {b - a for a, b in zip(size, size[1:])}
-    if len(size) > 2 and len(steps) == 1 and steps.pop() > 0:
-        return f"{size[0]}..{size[-1]}:{size[1] - size[0]}"
-    return ",".join(map(str, size))
+    return ",".join(f"{name}={format_sizes(size)}" for name, size in bindings.items())

@@ -19,6 +19,7 @@ from typing import Any
 
 from axon.errors import AxonError
 from axon.lazy import matplotlib
+from axon.options import format_sizes
 from axon.search.checks import adversarial_check, numerics_check
 from axon.search.family import Family, FamilyProblems, size, span
 from axon.track import Tracker
@@ -53,6 +54,13 @@ def boundary_checks(family: Family, problems: FamilyProblems, kernel_dir: str | 
                 BoundaryCheck(i, dims, num.dims, num.max_rel_err, num.tolerance, adv.ok, adv.failure() or adv.summary())
             )
     return out
+
+
+def _served(shapes: list[dict[str, int]]) -> str:
+    """The sizes served of each dimension the family varies: "M=1..1000" of M=1,100,129,300,1000 named
+    shapes (M=500) the family does not serve, in the very message that refused them."""
+    varying = [k for k in sorted(shapes[0]) if len({s[k] for s in shapes}) > 1] or sorted(shapes[0])
+    return ",".join(f"{k}={format_sizes(sorted({s[k] for s in shapes}))}" for k in varying)
 
 
 def _tag(dims: dict[str, int]) -> str:
@@ -124,7 +132,7 @@ def write_module(
         shapes=shapes,
         table=table,
         rows=rows,
-        served=span([r.dims for r in family.rows]),
+        served=_served([r.dims for r in family.rows]),
         kernel=kernel_name,
         hw=hw,
         dtype=problems.dtype,

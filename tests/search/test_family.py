@@ -312,6 +312,25 @@ def test_family_module_refuses_arrays_of_another_dtype(tmp_path):
         module.kernel_file(x, [1.0] * 256, w)
 
 
+def test_a_shape_the_family_does_not_serve_is_named_against_the_sizes_it_does(tmp_path):
+    """A family of M=1,100,129 refused M=50 saying "served: M=1..129", which holds 50."""
+    from axon.search.family import Family, ShapeRow
+
+    g = get("softmax").graph("small")
+    problems = FamilyProblems("softmax", g, load_hw("trn1"), verified_variants(g, depth=0), "float32")
+    shapes = [{**g.bindings, "M": m} for m in (1, 100, 129)]
+    rows = [ShapeRow(d, 0, 1.0, True, 1.0, 1.0) for d in shapes]
+    fam = Family("softmax", {"M": (1, 100, 129)}, [problems(shapes[0]).default_point()], rows, 3, shapes)
+    module = load_family(write_module(fam, problems, tmp_path / "a", [], "trn1"))
+    with pytest.raises(KeyError, match=r"served: M=1,100,129\)"):
+        module.kernel_file(np.zeros((50, g.bindings["N"]), np.float32))
+    rows = [ShapeRow({**g.bindings, "M": m}, 0, 1.0, True, 1.0, 1.0) for m in (128, 256, 384)]
+    assert (
+        "M=128..384:128"
+        in write_module(Family("softmax", {}, fam.schedules, rows, 3), problems, tmp_path / "b", [], "trn1").read_text()
+    )
+
+
 def test_a_schedule_names_the_dimension_it_is_fixed_at_where_the_family_varies_it():
     # --shape M=128,256,N=128..384:128: schedules serving M=128 and M=256 were both "N=128..384"
     shapes = grid({"M": (128, 256), "N": (128, 256, 384)})
