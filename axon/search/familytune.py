@@ -18,7 +18,7 @@ from axon.search.familyout import BoundaryCheck, boundary_checks, family_record,
 from axon.search.guards import preflight
 from axon.search.request import TuneRequest
 from axon.search.sampler import point_key
-from axon.search.storage import load_cost_model
+from axon.search.storage import journal_storage, load_cost_model
 from axon.search.tuning import quiet_optuna
 from axon.search.variants import verified_variants
 from axon.track import Tracker
@@ -90,6 +90,7 @@ def tune_family(
             open_records(records_location(request.records, None, request.workdir.records)),
             config,
             model=model,
+            storage=journal_storage(request.workdir, None),
         )
         family = builder.build()
     checks = boundary_checks(family, problems, request.workdir.kernel_cache) if request.check else []

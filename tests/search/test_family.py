@@ -204,6 +204,23 @@ def test_a_family_takes_its_cost_model_and_records_how_it_was_tuned(tmp_path):
     assert params["cost_model"].endswith("axon-costmodel-trn1.json") and params["hw_file_hash"]
 
 
+def test_the_same_family_command_again_measures_nothing_and_answers_the_same(tmp_path):
+    """Each shape's tuning was a study in memory: the same command again (a finished family, or one
+    resumed after Ctrl-C) tuned every shape with its whole budget again, from a model trained on the
+    first run's records, and wrote another family."""
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef e(x):\n    return ax.exp(x - ax.max(x))\n"
+    )
+    args = ("tune", "spec.py:e", "--shape", "M=128,256,384", "--shape", "N=256", "--trials", "3", "--quiet")
+    modules = []
+    for _ in range(2):
+        result = axon_in_process(*args, "--no-track", "--json", "--workdir", "w", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        modules.append(json.loads(result.stdout))
+    assert modules[0]["measurements"] > 0 and modules[1]["measurements"] == 0
+    assert modules[0]["schedules"] == modules[1]["schedules"] and modules[0]["rows"] == modules[1]["rows"]
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(tmp_path):
     args = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--shape", "M=128..512"]
