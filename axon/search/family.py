@@ -69,6 +69,7 @@ class Family:
     probe_shapes: list[dict[str, int]] = field(default_factory=list)
     out_of_time: bool = False  # the time budget ended the tunings before every anchor and probe ran
     turned_down: list[str] = field(default_factory=list)  # schedules that failed a numerics check, and why
+    resumed: int = 0  # trials an earlier run of the same command had made, resumed by this one
 
     def shapes_of(self, schedule: int) -> list[dict[str, int]]:
         return [r.dims for r in self.rows if r.schedule == schedule]
@@ -77,6 +78,7 @@ class Family:
         lines = [
             f"{self.workload}: {len(self.rows)} shapes, {len(self.schedules)} schedules, "
             f"{self.measurements} measurements at {len(self.measured_shapes)} shapes"
+            + (f" (and {self.resumed} trials of an earlier run, resumed)" if self.resumed else "")
             + (" (time budget reached: fewer shapes tuned than planned)" if self.out_of_time else "")
         ]
         for i, point in enumerate(self.schedules):
@@ -164,6 +166,7 @@ class FamilyBuilder:
         # without, a rerun of a finished family spent its whole budget again and answered another family
         self.storage = storage
         self._tuned_keys: dict[str, set[str]] = {}
+        self.resumed = 0
         self.measurements = 0
         self.measured: list[dict[str, int]] = []
         self.probed: list[dict[str, int]] = []
@@ -188,6 +191,7 @@ class FamilyBuilder:
         )
         result = Tuner(problem, self.meter, self.db, config, self.storage, self.model).run()
         self.measurements += result.measured
+        self.resumed += result.resumed
         if dims not in self.measured:
             self.measured.append(dims)
         tuned = self._tuned(problem.task, result.study_name)
@@ -276,7 +280,7 @@ class FamilyBuilder:
             self.measured_latencies(dims)
         self._fit()
         family = self._assemble()
-        family.out_of_time = self.out_of_time
+        family.out_of_time, family.resumed = self.out_of_time, self.resumed
         return family
 
     def without(self, points: Sequence[Mapping[str, Any]]) -> Family:
@@ -285,7 +289,7 @@ class FamilyBuilder:
         gone = {point_key(dict(p)) for p in points}
         self.candidates = [c for c in self.candidates if point_key(c) not in gone]
         family = self._assemble()
-        family.out_of_time = self.out_of_time
+        family.out_of_time, family.resumed = self.out_of_time, self.resumed
         return family
 
     def _out_of_time(self) -> bool:

@@ -96,7 +96,9 @@ def write_module(
         "last tile at its true size (bounded slices), no padding and no masks. A shape outside the",
         "table raises KeyError (no kernel was generated or checked for it).",
         "",
-        f"Measured ({family.measurements} measurements on the simulator) at {len(measured)} shapes: "
+        f"Measured ({family.measurements} measurements on the simulator"
+        + (f", and {family.resumed} trials of an earlier run resumed" if family.resumed else "")
+        + f") at {len(measured)} shapes: "
         + ", ".join(_tag(r.dims) for r in measured)
         + ". Every other shape's schedule and latency are predicted (schedule: the cost model; latency: "
         "the schedule's measured fraction of the roofline, interpolated in log size).",
@@ -266,6 +268,7 @@ def family_record(family: Family, checks: list[BoundaryCheck]) -> dict[str, Any]
         "workload": family.workload,
         "schedules": family.schedules,
         "measurements": family.measurements,
+        "resumed": family.resumed,
         "measured_shapes": family.measured_shapes,
         "rows": [
             {
