@@ -17,7 +17,12 @@ def parse_shape_option(text: str | None) -> dict[str, int]:
     for item in text.split(","):
         name, sep, value = item.strip().partition("=")
         if not sep or not name.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
-            raise SpecError(f"malformed --shape {text!r}: expected NAME=POSITIVE_INT[,NAME=...], e.g. M=4096,K=1024")
+            # `axon show W --shape M=128..256` (or M=128,256) named no reason: only `axon tune` takes families
+            family = ".." in item or (not sep and item.strip().isdigit())
+            raise SpecError(
+                f"malformed --shape {text!r}: expected NAME=POSITIVE_INT[,NAME=...], e.g. M=4096,K=1024"
+                + ("; a range or list of sizes (a kernel family) is for `axon tune` only" if family else "")
+            )
         if name.strip() in out:
             raise SpecError(f"malformed --shape {text!r}: dimension {name.strip()!r} is given twice")
         out[name.strip()] = int(value)
