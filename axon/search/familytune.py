@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from axon import __version__
-from axon.errors import AxonError
+from axon.errors import AxonError, HardwareError
 from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
 from axon.search.family import Family, FamilyBuilder, FamilyConfig, FamilyProblems, grid
@@ -21,6 +21,7 @@ from axon.search.sampler import point_key
 from axon.search.storage import journal_storage, load_cost_model
 from axon.search.tuning import quiet_optuna
 from axon.search.variants import verified_variants
+from axon.target import HardwareSpec, load_hw
 from axon.track import Tracker
 
 
@@ -136,7 +137,7 @@ def tune_family(
             "cost_model": request.cost_model or "",
         }
         run_id = log_family(tracker, family, checks, plot, params)
-    module = write_module(family, problems, out, checks, request.hw.name, run_id)
+    module = write_module(family, problems, out, checks, _hw_ref(request.hw), run_id)
     if failed:
         c = failed[0]
         raise AxonError(
@@ -145,6 +146,17 @@ def tune_family(
             + f"; module written to {module}"
         )
     return FamilyReport(family, tuple(checks), module, plot, run_id)
+
+
+def _hw_ref(hw: HardwareSpec) -> str:
+    """How the module's `emulate` loads the hardware: its built-in name, else its file's absolute path
+    (a family tuned on mychip.yaml had emulate(hw='mychip'): 'hardware file .../mychip.yaml not found')."""
+    try:
+        if load_hw(hw.name).file_hash == hw.file_hash:
+            return hw.name
+    except HardwareError:
+        pass
+    return str(Path(hw.source).resolve())
 
 
 def _why(c: BoundaryCheck) -> str:

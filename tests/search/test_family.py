@@ -221,6 +221,21 @@ def test_the_same_family_command_again_measures_nothing_and_answers_the_same(tmp
     assert modules[0]["schedules"] == modules[1]["schedules"] and modules[0]["rows"] == modules[1]["rows"]
 
 
+def test_a_family_tuned_on_a_hardware_file_of_ones_own_emulates_on_it(tmp_path):
+    """Its module had emulate(hw='mychip'), a name no file answers: 'hardware file .../mychip.yaml not found'."""
+    trn1 = (REPO / "configs" / "hw" / "trn1.yaml").read_text()
+    (tmp_path / "mychip.yaml").write_text(trn1.replace("name: trn1", "name: mychip", 1))
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef e(x):\n    return ax.exp(x)\n"
+    )
+    args = ("tune", "spec.py:e", "--shape", "M=128,256", "--shape", "N=128", "--trials", "1", "--quiet", "--no-track")
+    result = axon_in_process(*args, "--hw", "mychip.yaml", "--workdir", "w", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    module = load_family(tmp_path / "w" / "families" / "e_mychip")
+    x = np.random.default_rng(0).uniform(-1, 1, (256, 128)).astype(np.float32)
+    assert np.abs(module.emulate(x) - np.exp(x.astype(np.float64))).max() < 1e-5 * np.e
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(tmp_path):
     args = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--shape", "M=128..512"]
