@@ -17,7 +17,12 @@ def parse_shape_option(text: str | None) -> dict[str, int]:
     for item in text.split(","):
         name, sep, value = item.strip().partition("=")
         if not sep or not name.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
-            raise SpecError(f"malformed --shape {text!r}: expected NAME=POSITIVE_INT[,NAME=...], e.g. M=4096,K=1024")
+            # `axon show W --shape M=128..256` (or M=128,256) named no reason: only `axon tune` takes families
+            family = ".." in item or (not sep and item.strip().isdigit())
+            raise SpecError(
+                f"malformed --shape {text!r}: expected NAME=POSITIVE_INT[,NAME=...], e.g. M=4096,K=1024"
+                + ("; a range or list of sizes (a kernel family) is for `axon tune` only" if family else "")
+            )
         if name.strip() in out:
             raise SpecError(f"malformed --shape {text!r}: dimension {name.strip()!r} is given twice")
         out[name.strip()] = int(value)
@@ -92,3 +97,18 @@ def _values(text: str, value: str, hint: str, collapsed: list[str], max_shapes: 
             "or a single value"
         )
     return values
+
+
+def format_sizes(sizes: object) -> str:
+    """One dimension's size, or its sizes as `--shape` takes them: evenly spaced ones as a range
+    (128..2048:128, sixteen sizes), others as a list (1,100,129).
+
+    >>> format_sizes([128, 256, 384]), format_sizes([1, 100, 129]), format_sizes(512)
+    ('128..384:128', '1,100,129', '512')
+    """
+    if not isinstance(sizes, (list, tuple)):
+        return str(sizes)
+    steps = {b - a for a, b in zip(sizes, sizes[1:])}
+    if len(sizes) > 2 and len(steps) == 1 and sizes[1] > sizes[0]:
+        return f"{sizes[0]}..{sizes[-1]}:{sizes[1] - sizes[0]}"
+    return ",".join(map(str, sizes))

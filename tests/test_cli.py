@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, axon_in_process, run_axon
+from tests.conftest import REPO, axon_in_process, refused, run_axon
 
 
 def _one_line_error(result, *fragments: str) -> None:
@@ -46,6 +46,13 @@ def test_unknown_workload_suggests():
 @pytest.mark.parametrize("bad", ["M=12x", "M", "M=0", "=3", "M=4,,K=2"])
 def test_malformed_shape(bad):
     _one_line_error(axon_in_process("show", "matmul", "--shape", bad), "malformed --shape")
+
+
+@pytest.mark.parametrize("command", ["show", "check", "variants"])
+@pytest.mark.parametrize("family", ["M=128..256", "M=128,256", "K=64,M=128..512:128"])
+def test_a_range_of_shapes_outside_tune_says_only_tune_takes_one(command, family):
+    """`axon show W --shape M=128..256` was only 'malformed --shape ...: expected NAME=POSITIVE_INT'."""
+    refused(command, "matmul", "--shape", family, fragments=("malformed --shape", "is for `axon tune` only"))
 
 
 def test_shape_mismatch_inside_a_spec_names_op_and_shapes(tmp_path):

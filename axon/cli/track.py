@@ -18,6 +18,7 @@ import click
 
 from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import StoreError
+from axon.options import format_sizes
 from axon.track.tracker import Tracker
 from axon.track.view import runs_url
 from axon.workdir import Workdir, pid_alive
@@ -82,6 +83,14 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
     raise StoreError(f"the MLflow UI did not answer at {url} within {timeout_s:.0f} s")
 
 
+def _existing(workdir: str | None) -> Path:
+    """The working directory, not made; a file there is named as one (it was 'no working directory')."""
+    path = Workdir.locate(workdir)
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"workdir {path} is a file, not a directory: pass another --workdir")
+    return path
+
+
 @click.command()
 @workdir_option
 @click.option(
@@ -101,7 +110,7 @@ def ui(workdir: str | None, port: int, open_browser: bool | None) -> None:
     """Start the MLflow UI on the working directory's store (127.0.0.1 only) and print the page of
     its tuning runs; Ctrl-C, SIGTERM or SIGHUP stops it and everything it started."""
 
-    path = Workdir.locate(workdir)
+    path = _existing(workdir)
     if not path.is_dir():  # a mistyped --workdir served an empty store it had just made
         raise StoreError(f"no working directory {path} (run `axon tune` first, or pass --workdir)")
     path = resolve_workdir(workdir).root
@@ -205,7 +214,7 @@ def stop_ui(proc: subprocess.Popen) -> None:
 def runs(workdir: str | None, count: int, as_json: bool) -> None:
     """List recent tuning runs: hardware, shape, dtype, best latency and speedup over unfused."""
 
-    path = Workdir.locate(workdir)  # only reads: a mistyped --workdir must not be left behind as a directory
+    path = _existing(workdir)  # only reads: a mistyped --workdir must not be left behind as a directory
     if not (path / "mlflow.db").exists():
         raise StoreError(f"no tracking store in {path} (run `axon tune` first, or pass --workdir)")
     tracker = Tracker.for_workdir(path)
@@ -216,16 +225,27 @@ def runs(workdir: str | None, count: int, as_json: bool) -> None:
             click.echo(json.dumps(row))
         return
     click.echo(
-        f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<9} {'shape':<20} {'dtype':<8} "
+        f"{'run':<32}  {'name':<24} {'status':<8} {'started':<16} {'hw':<9} {'shape':<30} {'dtype':<8} "
         f"{'best us':>10} {'vs unfused':>10}"
     )
     for row in rows:
-        best, speedup = row["best_latency_us"], row["speedup_vs_unfused"]
-        click.echo(
-            f"{row['run_id']:<32}  {_fit(row['name'], 24):<24} {row['status'][:8]:<8} {row['started']:<16} "
-            f"{row['hw'][:9]:<9} {row['shape'][:20]:<20} {row['dtype'][:8]:<8} "
-            f"{'' if best is None else f'{best:.2f}':>10} {'' if speedup is None else f'{speedup:.2f}x':>10}"
-        )
+        click.echo(_row_line(row))
+
+
+def _row_line(row: dict) -> str:
+    """One run as a line of the table. A cell too long for its column ends in "…": cut silently, a
+    family's "M=64,128,192,256,320,N=96,200" read as the complete shape M=64,128,192,256,320."""
+    best, speedup = row["best_latency_us"], row["speedup_vs_unfused"]
+    return (
+        f"{row['run_id']:<32}  {_fit(row['name'], 24):<24} {row['status'][:8]:<8} {row['started']:<16} "
+        f"{_cut(row['hw'], 9):<9} {_cut(row['shape'], 30):<30} {_cut(row['dtype'], 8):<8} "
+        f"{'' if best is None else f'{best:.2f}':>10} {'' if speedup is None else f'{speedup:.2f}x':>10}"
+    )
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` cut to `width`, keeping its start, with "…" where it was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _run_row(run: Any) -> dict:
@@ -263,7 +283,7 @@ def _hw_text(param: str) -> str:
 
 def _shape_text(param: str) -> str:
     """The `shapes` param ({"M": 256, "N": 512}) as `--shape` takes it: M=256,N=512 (a family's
-    {"M": [128, 256], "N": 512}: M=128,256,N=512)."""
+    {"M": [128, 256], "N": 512}: M=128,256,N=512; {"M": [128, 256, 384]}: M=128..384:128)."""
 
     try:
         bindings = json.loads(param)
@@ -271,6 +291,4 @@ def _shape_text(param: str) -> str:
         return param
     if not isinstance(bindings, dict):
         return param
-    return ",".join(
-        f"{name}={','.join(map(str, size)) if isinstance(size, list) else size}" for name, size in bindings.items()
-    )
+    return ",".join(f"{name}={format_sizes(size)}" for name, size in bindings.items())

@@ -205,7 +205,7 @@ def tune(
                 "directory (its module, kernels and plot): give a directory path"
             )
         try:
-            family = tune_family(request, ranges)
+            family = tune_family(request, ranges, warn=_warn)
         except KeyboardInterrupt:
             click.echo(
                 "axon: interrupted, no family written; the measurements so far are in the records database "

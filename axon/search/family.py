@@ -18,11 +18,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import optuna
 
 from axon.measure.stores import Records
 from axon.search.costmodel import CostModel
@@ -68,6 +69,7 @@ class Family:
     probe_shapes: list[dict[str, int]] = field(default_factory=list)
     out_of_time: bool = False  # the time budget ended the tunings before every anchor and probe ran
     turned_down: list[str] = field(default_factory=list)  # schedules that failed a numerics check, and why
+    resumed: int = 0  # trials an earlier run of the same command had made, resumed by this one
 
     def shapes_of(self, schedule: int) -> list[dict[str, int]]:
         return [r.dims for r in self.rows if r.schedule == schedule]
@@ -76,6 +78,7 @@ class Family:
         lines = [
             f"{self.workload}: {len(self.rows)} shapes, {len(self.schedules)} schedules, "
             f"{self.measurements} measurements at {len(self.measured_shapes)} shapes"
+            + (f" (and {self.resumed} trials of an earlier run, resumed)" if self.resumed else "")
             + (" (time budget reached: fewer shapes tuned than planned)" if self.out_of_time else "")
         ]
         for i, point in enumerate(self.schedules):
@@ -153,10 +156,17 @@ class FamilyBuilder:
         db: Records,
         config: FamilyConfig,
         holdout: Sequence[dict[str, int]] = (),
+        model: CostModel | None = None,
+        storage: Any = None,
     ) -> None:
         self.problems, self.shapes, self.meter, self.db, self.config = problems, list(shapes), meter, db, config
         self.holdout = list(holdout)  # shapes served but never measured (an experiment's held-out shapes)
-        self.model = CostModel(seed=config.seed)
+        self.model = model or CostModel(seed=config.seed)  # `--cost-model`: warm-started, trained on as it measures
+        # each shape's tuning is a study of its own there (None: in memory), so the same command resumes it:
+        # without, a rerun of a finished family spent its whole budget again and answered another family
+        self.storage = storage
+        self._tuned_keys: dict[str, set[str]] = {}
+        self.resumed = 0
         self.measurements = 0
         self.measured: list[dict[str, int]] = []
         self.probed: list[dict[str, int]] = []
@@ -177,12 +187,15 @@ class FamilyBuilder:
             seed=self.config.seed,
             patience=self.config.patience,
             kind="family",
+            study_name=f"family:{problem.task}:{self.config.sampler}:seed{self.config.seed}",
         )
-        result = Tuner(problem, self.meter, self.db, config, None, self.model).run()
+        result = Tuner(problem, self.meter, self.db, config, self.storage, self.model).run()
         self.measurements += result.measured
+        self.resumed += result.resumed
         if dims not in self.measured:
             self.measured.append(dims)
-        ok = sorted((r for r in self.db.records(task=problem.task) if r.latency_ns), key=lambda r: r.latency_ns or 0.0)
+        tuned = self._tuned(problem.task, result.study_name)
+        ok = sorted((r for r in self.db.records(task=problem.task) if r.latency_ns and tuned(r)), key=_latency)
         picked = 0
         for r in ok:
             if picked >= self.config.candidates_per_shape:
@@ -190,6 +203,17 @@ class FamilyBuilder:
             if all(point_key(r.point) != point_key(c) for c in self.candidates):
                 self.candidates.append(dict(r.point))
             picked += 1
+
+    def _tuned(self, task: str, study_name: str) -> Callable[[Any], bool]:
+        """Which records of `task` its tuning made. A rerun finds there the other shapes' candidates
+        measured at this one too (after the tunings): chosen from those, or fitted on them before the
+        probes, a rerun of a finished family answered another family."""
+        if self.storage is None:  # a study in memory: every record of the task, as it always was
+            return lambda r: True
+        study = optuna.load_study(study_name=study_name, storage=self.storage)
+        keys = {point_key(t.params) for t in study.get_trials(deepcopy=False) if t.params}
+        self._tuned_keys[task] = keys
+        return lambda r: point_key(r.point) in keys
 
     def measure(self, dims: dict[str, int], point: dict[str, Any]) -> float | None:
         """The latency of `point` at `dims` (None where it does not lower or fails), measured once."""
@@ -206,9 +230,11 @@ class FamilyBuilder:
         return m.latency_ns if m.status == "ok" else None
 
     # predicting --------------------------------------------------------------------------------------
-    def _fit(self) -> None:
+    def _fit(self, tuned_only: bool = False) -> None:
         tasks = {self.problems(d).task for d in self.measured}
         records = [r for r in self.db.records(workload=self.problems.workload) if r.task in tasks]
+        if tuned_only and self._tuned_keys:  # before the probes: what the tunings measured, as in a first run
+            records = [r for r in records if point_key(r.point) in self._tuned_keys.get(r.task, ())]
         self.model.fit(records, holdout=0.0)
 
     def predict(self, dims: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -243,7 +269,7 @@ class FamilyBuilder:
         for _ in range(cfg.probes):
             if self._out_of_time():
                 break
-            self._fit()
+            self._fit(tuned_only=True)
             open_shapes = [s for s in self.shapes if s not in self.measured and s not in self.holdout]
             if not open_shapes:
                 break
@@ -254,7 +280,7 @@ class FamilyBuilder:
             self.measured_latencies(dims)
         self._fit()
         family = self._assemble()
-        family.out_of_time = self.out_of_time
+        family.out_of_time, family.resumed = self.out_of_time, self.resumed
         return family
 
     def without(self, points: Sequence[Mapping[str, Any]]) -> Family:
@@ -263,7 +289,7 @@ class FamilyBuilder:
         gone = {point_key(dict(p)) for p in points}
         self.candidates = [c for c in self.candidates if point_key(c) not in gone]
         family = self._assemble()
-        family.out_of_time = self.out_of_time
+        family.out_of_time, family.resumed = self.out_of_time, self.resumed
         return family
 
     def _out_of_time(self) -> bool:
@@ -336,3 +362,7 @@ class FamilyBuilder:
             if fractions:
                 xs, ys = zip(*sorted(fractions))
                 row.latency_ns = row.roofline_ns / float(np.interp(math.log(size(row.dims)), xs, ys))
+
+
+def _latency(record: Any) -> float:
+    return float(record.latency_ns or 0.0)

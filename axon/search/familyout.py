@@ -19,6 +19,7 @@ from typing import Any
 
 from axon.errors import AxonError
 from axon.lazy import matplotlib
+from axon.options import format_sizes
 from axon.search.checks import adversarial_check, numerics_check
 from axon.search.family import Family, FamilyProblems, size, span
 from axon.track import Tracker
@@ -55,6 +56,13 @@ def boundary_checks(family: Family, problems: FamilyProblems, kernel_dir: str | 
     return out
 
 
+def _served(shapes: list[dict[str, int]]) -> str:
+    """The sizes served of each dimension the family varies: "M=1..1000" of M=1,100,129,300,1000 named
+    shapes (M=500) the family does not serve, in the very message that refused them."""
+    varying = [k for k in sorted(shapes[0]) if len({s[k] for s in shapes}) > 1] or sorted(shapes[0])
+    return ",".join(f"{k}={format_sizes(sorted({s[k] for s in shapes}))}" for k in varying)
+
+
 def _tag(dims: dict[str, int]) -> str:
     return "_".join(f"{k}{v}" for k, v in dims.items())
 
@@ -88,7 +96,9 @@ def write_module(
         "last tile at its true size (bounded slices), no padding and no masks. A shape outside the",
         "table raises KeyError (no kernel was generated or checked for it).",
         "",
-        f"Measured ({family.measurements} measurements on the simulator) at {len(measured)} shapes: "
+        f"Measured ({family.measurements} measurements on the simulator"
+        + (f", and {family.resumed} trials of an earlier run resumed" if family.resumed else "")
+        + f") at {len(measured)} shapes: "
         + ", ".join(_tag(r.dims) for r in measured)
         + ". Every other shape's schedule and latency are predicted (schedule: the cost model; latency: "
         "the schedule's measured fraction of the roofline, interpolated in log size).",
@@ -124,9 +134,10 @@ def write_module(
         shapes=shapes,
         table=table,
         rows=rows,
-        served=span([r.dims for r in family.rows]),
+        served=_served([r.dims for r in family.rows]),
         kernel=kernel_name,
         hw=hw,
+        dtype=problems.dtype,
     )
     module = out / f"{kernel_name}_family.py"  # the kernels' name: a spec's workload is "dir/f.py:fn"
     module.write_text(body)
@@ -145,15 +156,22 @@ INPUTS = {names!r}  # the kernel's array parameters, in order
 INPUT_DIMS = {inputs!r}  # each input's dimensions, by position
 SHAPES = {shapes!r}  # shape -> each input's array shape
 SERVED = {served!r}
+DTYPE = {dtype!r}  # every kernel's dtype: it is compiled into the kernels (tiles, output) and checked in it
 KERNELS = {table!r}  # shape -> (kernel file, function, schedule)
 ROWS = {rows!r}
 
 
 def shape_of(*arrays):
     """The family's dimensions (a key of KERNELS) for arrays of these shapes; TypeError for another
-    number of arrays, KeyError for shapes no kernel of the family serves (or that disagree)."""
+    number of arrays or arrays not of DTYPE, KeyError for shapes no kernel of the family serves (or
+    that disagree)."""
     if len(arrays) != len(INPUTS):
         raise TypeError(f"{kernel}: expected {{len(INPUTS)}} arrays ({{', '.join(INPUTS)}}), got {{len(arrays)}}")
+    # the kernels were tuned and checked in DTYPE: other arrays ran cast, their result silently in DTYPE
+    wrong = [f"{{n}} is {{getattr(a, 'dtype', type(a).__name__)}}" for n, a in zip(INPUTS, arrays)
+             if str(getattr(a, "dtype", "")) != DTYPE]
+    if wrong:
+        raise TypeError(f"{kernel}: this family's kernels take {{DTYPE}} arrays, but {{', '.join(wrong)}}")
     got = tuple(tuple(int(n) for n in getattr(a, "shape", ())) for a in arrays)
     for key, shapes in SHAPES.items():
         if shapes == got:
@@ -250,6 +268,7 @@ def family_record(family: Family, checks: list[BoundaryCheck]) -> dict[str, Any]
         "workload": family.workload,
         "schedules": family.schedules,
         "measurements": family.measurements,
+        "resumed": family.resumed,
         "measured_shapes": family.measured_shapes,
         "rows": [
             {

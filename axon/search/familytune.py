@@ -5,11 +5,12 @@ shapes, the dispatching module and the MLflow run (`axon.search.familyout`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from axon.errors import AxonError
+from axon import __version__
+from axon.errors import AxonError, HardwareError
 from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
 from axon.search.family import Family, FamilyBuilder, FamilyConfig, FamilyProblems, grid
@@ -17,8 +18,10 @@ from axon.search.familyout import BoundaryCheck, boundary_checks, family_record,
 from axon.search.guards import preflight
 from axon.search.request import TuneRequest
 from axon.search.sampler import point_key
+from axon.search.storage import journal_storage, load_cost_model
 from axon.search.tuning import quiet_optuna
 from axon.search.variants import verified_variants
+from axon.target import HardwareSpec, load_hw
 from axon.track import Tracker
 
 
@@ -52,10 +55,14 @@ class FamilyReport:
 
 
 def tune_family(
-    request: TuneRequest, ranges: Mapping[str, Sequence[int]], config: FamilyConfig | None = None
+    request: TuneRequest,
+    ranges: Mapping[str, Sequence[int]],
+    config: FamilyConfig | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> FamilyReport:
     """Build, check and write the kernel family of `request.workload` over `ranges` (the request's
-    `shape` binds the fixed dimensions; `trials` is each anchor shape's budget)."""
+    `shape` binds the fixed dimensions; `trials` is each anchor shape's budget). `warn` is told of a
+    cost model trained on another hardware file."""
     if request.storage or request.study:
         raise AxonError(
             "--storage/--study name one Optuna study, and a shape range runs one tuning per shape it "
@@ -71,6 +78,9 @@ def tune_family(
     largest = {**request.shape, **{k: max(v) for k, v in ranges.items()}}
     w, graph = preflight(replace(request, shape=largest))  # unknown dimensions, HBM, memory, time
     shapes = [{**{k: v for k, v in graph.bindings.items() if k not in ranges}, **s} for s in grid(ranges)]
+    # `--cost-model` was dropped without a word (a missing file too): as a single-shape tune, it warm-starts
+    tracking_uri = request.tracking_uri or request.workdir.tracking_uri
+    model = load_cost_model(request.cost_model, request.seed, tracking_uri, hw=request.hw.name, warn=warn)
     with quiet_optuna():
         problems = FamilyProblems(w.name, graph, request.hw, verified_variants(graph, request.depth), request.dtype)
         meter = get_backend(request.backend, request.workdir.kernel_cache)
@@ -80,6 +90,8 @@ def tune_family(
             meter,
             open_records(records_location(request.records, None, request.workdir.records)),
             config,
+            model=model,
+            storage=journal_storage(request.workdir, None),
         )
         family = builder.build()
     checks = boundary_checks(family, problems, request.workdir.kernel_cache) if request.check else []
@@ -96,7 +108,9 @@ def tune_family(
     family.ranges = {k: tuple(v) for k, v in ranges.items()}
     family.turned_down = turned_down
     # the kernel name, not the workload's: a spec's workload is its path and function ("dir/f.py:fn")
-    out = request.out or request.workdir.root / "families" / f"{w.kernel_name}_{request.hw.name}"
+    # and its dtype beside float32: a bfloat16 family of the same kernel replaced the float32 one's module
+    suffix = "" if request.dtype == "float32" else f"_{request.dtype}"
+    out = request.out or request.workdir.root / "families" / f"{w.kernel_name}_{request.hw.name}{suffix}"
     out.mkdir(parents=True, exist_ok=True)
     plot = latency_plot(family, out / f"{w.kernel_name}_family.png")
     run_id = ""
@@ -114,9 +128,16 @@ def tune_family(
             "ranges": dict(family.ranges),
             "hw": request.hw.name,
             "dtype": request.dtype,
+            "hw_file_hash": request.hw.file_hash,
+            "backend": request.backend,
+            "sampler": request.sampler,
+            "trials": request.trials,
+            "seed": request.seed,
+            "axon_version": __version__,
+            "cost_model": request.cost_model or "",
         }
         run_id = log_family(tracker, family, checks, plot, params)
-    module = write_module(family, problems, out, checks, request.hw.name, run_id)
+    module = write_module(family, problems, out, checks, _hw_ref(request.hw), run_id)
     if failed:
         c = failed[0]
         raise AxonError(
@@ -125,6 +146,17 @@ def tune_family(
             + f"; module written to {module}"
         )
     return FamilyReport(family, tuple(checks), module, plot, run_id)
+
+
+def _hw_ref(hw: HardwareSpec) -> str:
+    """How the module's `emulate` loads the hardware: its built-in name, else its file's absolute path
+    (a family tuned on mychip.yaml had emulate(hw='mychip'): 'hardware file .../mychip.yaml not found')."""
+    try:
+        if load_hw(hw.name).file_hash == hw.file_hash:
+            return hw.name
+    except HardwareError:
+        pass
+    return str(Path(hw.source).resolve())
 
 
 def _why(c: BoundaryCheck) -> str:

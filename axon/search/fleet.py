@@ -81,7 +81,7 @@ def publish(config: SweepConfig, fleet: Fleet) -> str:
         db.execute("INSERT INTO sweeps VALUES (?, ?, ?, '') ON CONFLICT (sweep) DO NOTHING", (sweep, parent, text))
         if db.execute("SELECT parent FROM sweeps WHERE sweep=?", (sweep,))[0][0] != parent:  # another won
             tracker.client.set_terminated(parent, status="KILLED")
-    machines = {hw: load_hw(hw) for hw in config.hw}
+    machines = {hw: load_hw(config.hw_file(hw)) for hw in config.hw}
     for i, (hw, entry) in enumerate(config.tasks()):
         db.execute(
             "INSERT INTO sweep_tasks VALUES (?, ?, ?, 'pending', '', 0, '{}') ON CONFLICT (sweep, key) DO NOTHING",
@@ -156,7 +156,7 @@ def work(
     if not found:
         raise StoreError(f"no sweep {sweep} in the records store: start it with axon sweep CONFIG --workers N")
     parent, config = Run(tracker, found[0][0]), _load(found[0][1], fleet.workdir, sweep)
-    machines = {hw: load_hw(hw) for hw in config.hw}
+    machines = {hw: load_hw(config.hw_file(hw)) for hw in config.hw}
     tasks = config.tasks()
     start = time.perf_counter()
     while True:

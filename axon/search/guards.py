@@ -239,7 +239,12 @@ def preflight_sweep(config: Any, workdir: Workdir) -> None:
     for hw, entry in config.tasks():
         try:
             request = TuneRequest.make(
-                config.workload(entry), shape=entry.dims, preset=entry.preset, dtype=entry.dtype, hw=hw, workdir=workdir
+                config.workload(entry),
+                shape=entry.dims,
+                preset=entry.preset,
+                dtype=entry.dtype,
+                hw=config.hw_file(hw),
+                workdir=workdir,
             )
             preflight(request)
         except AxonError as exc:

@@ -215,7 +215,7 @@ def run_sweep(
     workdir = Workdir.resolve(workdir)
     preflight_sweep(config, workdir)
     check_cost_model(cost_model, config.seed, tracking_uri or workdir.tracking_uri)
-    machines = {hw: load_hw(hw) for hw in config.hw}  # each hardware file read once
+    machines = {hw: load_hw(config.hw_file(hw)) for hw in config.hw}  # each hardware file read once
     tracker = Tracker(tracking_uri or workdir.tracking_uri, None if tracking_uri else workdir.artifact_root)
     state_path = _state_path(workdir, config)
     state = json.loads(state_path.read_text()) if state_path.exists() else {}

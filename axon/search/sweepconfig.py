@@ -65,6 +65,15 @@ class SweepConfig:
     def tasks(self) -> list[tuple[str, SweepEntry]]:
         return [(hw, e) for hw in self.hw for e in self.entries]
 
+    def hw_file(self, hw: str) -> str:
+        """What to load for `hw`: a relative hardware file path is taken from the config file's directory
+        when it is there, as a spec's path is (it was taken from the working directory: the same config
+        ran from its own directory and failed from any other); a built-in name or any other path as given."""
+        if not self.source or os.path.isabs(hw) or not (hw.endswith((".yaml", ".yml")) or os.sep in hw):
+            return hw
+        beside = os.path.join(os.path.dirname(os.path.abspath(self.source)), os.path.expanduser(hw))
+        return beside if os.path.isfile(beside) else hw
+
     def workload(self, entry: SweepEntry) -> str:
         """What to tune for `entry`: a built-in name, or its spec file with the path taken from the
         config file's directory."""

@@ -164,6 +164,78 @@ def test_a_spec_family_from_another_directory_lands_in_the_workdir(tmp_path):
     assert load_family(out).__name__ == "shifted_family"
 
 
+def test_a_bfloat16_family_keeps_the_float32_one_of_the_same_kernel(tmp_path):
+    """Both went to families/<kernel>_<hw>/: the bfloat16 tune replaced the float32 family's module."""
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef e(x):\n    return ax.exp(x)\n"
+    )
+    for dtype in ("float32", "bfloat16"):
+        result = axon_in_process(
+            "tune", "spec.py:e", "--shape", "M=128,256", "--shape", "N=128", "--dtype", dtype, "--trials", "1",
+            "--quiet", "--no-track", "--workdir", "w", cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    families = tmp_path / "w" / "families"
+    assert load_family(families / "e_trn1").DTYPE == "float32"
+    assert load_family(families / "e_trn1_bfloat16").DTYPE == "bfloat16"
+
+
+def test_a_family_takes_its_cost_model_and_records_how_it_was_tuned(tmp_path):
+    """`--cost-model` with a range was dropped without a word (a missing file tuned on from scratch),
+    and the family's run had no seed, trials, sampler, backend, hw file hash or cost model to rerun it by."""
+    import mlflow
+
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef e(x):\n    return ax.exp(x)\n"
+    )
+    common = ("tune", "spec.py:e", "--shape", "M=128,256", "--shape", "N=128", "--trials", "1", "--quiet")
+    refused(
+        *common, "--cost-model", "missing.json", "--no-track", cwd=tmp_path, fragments=("missing.json", "not found")
+    )
+    result = axon_in_process(
+        *common, "--hw", "trn2", "--cost-model", "trn1", "--seed", "7", "--workdir", "w", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "was trained on trn1, tuning on trn2" in result.stderr
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/w/mlflow.db")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    params = run.data.params
+    assert (params["seed"], params["trials"], params["sampler"], params["backend"]) == ("7", "1", "costmodel", "sim")
+    assert params["cost_model"].endswith("axon-costmodel-trn1.json") and params["hw_file_hash"]
+
+
+def test_the_same_family_command_again_measures_nothing_and_answers_the_same(tmp_path):
+    """Each shape's tuning was a study in memory: the same command again (a finished family, or one
+    resumed after Ctrl-C) tuned every shape with its whole budget again, from a model trained on the
+    first run's records, and wrote another family."""
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef e(x):\n    return ax.exp(x - ax.max(x))\n"
+    )
+    args = ("tune", "spec.py:e", "--shape", "M=128,256,384", "--shape", "N=256", "--trials", "3", "--quiet")
+    modules = []
+    for _ in range(2):
+        result = axon_in_process(*args, "--no-track", "--json", "--workdir", "w", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        modules.append(json.loads(result.stdout))
+    assert modules[0]["measurements"] > 0 and modules[1]["measurements"] == 0
+    assert modules[0]["schedules"] == modules[1]["schedules"] and modules[0]["rows"] == modules[1]["rows"]
+
+
+def test_a_family_tuned_on_a_hardware_file_of_ones_own_emulates_on_it(tmp_path):
+    """Its module had emulate(hw='mychip'), a name no file answers: 'hardware file .../mychip.yaml not found'."""
+    trn1 = (REPO / "configs" / "hw" / "trn1.yaml").read_text()
+    (tmp_path / "mychip.yaml").write_text(trn1.replace("name: trn1", "name: mychip", 1))
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef e(x):\n    return ax.exp(x)\n"
+    )
+    args = ("tune", "spec.py:e", "--shape", "M=128,256", "--shape", "N=128", "--trials", "1", "--quiet", "--no-track")
+    result = axon_in_process(*args, "--hw", "mychip.yaml", "--workdir", "w", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    module = load_family(tmp_path / "w" / "families" / "e_mychip")
+    x = np.random.default_rng(0).uniform(-1, 1, (256, 128)).astype(np.float32)
+    assert np.abs(module.emulate(x) - np.exp(x.astype(np.float64))).max() < 1e-5 * np.e
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(tmp_path):
     args = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--shape", "M=128..512"]
@@ -247,6 +319,48 @@ def test_family_module_dispatches_composite_dimensions_and_names_mismatched_inpu
         module.kernel_file(q[0], c)
     with pytest.raises(TypeError, match=r"expected 2 arrays \(q, c\), got 1"):
         module.kernel_file(q)
+
+
+def test_family_module_refuses_arrays_of_another_dtype(tmp_path):
+    """A bfloat16 family called with float32 arrays (or a float32 one with float64 or int32) ran its
+    kernels on the cast inputs and returned bfloat16 (float32) without a word; now a TypeError
+    naming each array and its dtype."""
+    import ml_dtypes
+
+    from axon.search.family import Family, ShapeRow
+
+    g = get("rmsnorm_matmul").graph("small")
+    problems = FamilyProblems("rmsnorm_matmul", g, load_hw("trn1"), verified_variants(g, depth=0), "bfloat16")
+    shapes = [{**g.bindings, "M": m} for m in (128, 256)]
+    rows = [ShapeRow(d, 0, 1.0, True, 1.0, 1.0) for d in shapes]
+    fam = Family("rmsnorm_matmul", {"M": (128, 256)}, [problems(shapes[0]).default_point()], rows, 2, shapes)
+    module = load_family(write_module(fam, problems, tmp_path / "out", [], "trn1"))
+    bf = ml_dtypes.bfloat16
+    x, gv, w = np.ones((128, 256), bf), np.ones(256, bf), np.ones((256, 512), bf)
+    assert module.DTYPE == "bfloat16" and "M128" in module.kernel_file(x, gv, w)[0].name
+    with pytest.raises(TypeError, match=r"take bfloat16 arrays, but x is float32, w is float32$"):
+        module.kernel_file(x.astype(np.float32), gv, w.astype(np.float32))
+    with pytest.raises(TypeError, match=r"but g is list"):
+        module.kernel_file(x, [1.0] * 256, w)
+
+
+def test_a_shape_the_family_does_not_serve_is_named_against_the_sizes_it_does(tmp_path):
+    """A family of M=1,100,129 refused M=50 saying "served: M=1..129", which holds 50."""
+    from axon.search.family import Family, ShapeRow
+
+    g = get("softmax").graph("small")
+    problems = FamilyProblems("softmax", g, load_hw("trn1"), verified_variants(g, depth=0), "float32")
+    shapes = [{**g.bindings, "M": m} for m in (1, 100, 129)]
+    rows = [ShapeRow(d, 0, 1.0, True, 1.0, 1.0) for d in shapes]
+    fam = Family("softmax", {"M": (1, 100, 129)}, [problems(shapes[0]).default_point()], rows, 3, shapes)
+    module = load_family(write_module(fam, problems, tmp_path / "a", [], "trn1"))
+    with pytest.raises(KeyError, match=r"served: M=1,100,129\)"):
+        module.kernel_file(np.zeros((50, g.bindings["N"]), np.float32))
+    rows = [ShapeRow({**g.bindings, "M": m}, 0, 1.0, True, 1.0, 1.0) for m in (128, 256, 384)]
+    assert (
+        "M=128..384:128"
+        in write_module(Family("softmax", {}, fam.schedules, rows, 3), problems, tmp_path / "b", [], "trn1").read_text()
+    )
 
 
 def test_a_schedule_names_the_dimension_it_is_fixed_at_where_the_family_varies_it():

@@ -212,3 +212,23 @@ def test_the_sweep_summary_prints_the_cost_models_accuracy_as_a_number_or_says_w
     show_report(report, "w", as_json=False, fail_on_regression=False)
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("cost model for trn1"))
     assert line == f"cost model for trn1: registered version 1 (held-out pairwise accuracy {shown})"
+
+
+def test_a_relative_hardware_file_is_taken_from_the_config_files_directory(tmp_path, monkeypatch):
+    """`hw: [hw/mychip.yaml]` beside the config ran from the config's directory and, from any other,
+    failed with 'hardware file hw/mychip.yaml not found', while its spec paths resolved from the config's."""
+    from axon.search.guards import preflight_sweep
+    from axon.target import load_hw
+    from axon.workdir import Workdir
+
+    (tmp_path / "cfg" / "hw").mkdir(parents=True)
+    trn1 = (REPO / "configs" / "hw" / "trn1.yaml").read_text()
+    (tmp_path / "cfg" / "hw" / "mychip.yaml").write_text(trn1.replace("name: trn1", "name: mychip", 1))
+    (tmp_path / "cfg" / "s.yaml").write_text(
+        "hw: [hw/mychip.yaml, trn2]\nentries:\n  - {workload: softmax, preset: small}\n"
+    )
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    config = load_sweep("../cfg/s.yaml")
+    assert [load_hw(config.hw_file(hw)).name for hw in config.hw] == ["mychip", "trn2"]
+    preflight_sweep(config, Workdir.resolve(str(tmp_path / "w")))

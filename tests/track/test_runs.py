@@ -77,3 +77,18 @@ def test_a_family_run_shows_its_shapes_in_axon_runs(tmp_path):
     listed = axon_in_process("runs", "--workdir", str(tmp_path), "--json")
     row = json.loads(listed.stdout.splitlines()[0])
     assert row["name"] == "family rmsnorm" and row["shape"] == "M=128,256,N=512", row
+
+
+def test_a_shape_too_long_for_its_column_says_it_was_cut():
+    """A family's shape cell was cut at 20 characters without a mark: `M=64,128,192,256,320,N=96,200`
+    read as M=64,128,192,256,320, N gone. Evenly spaced sizes now read as the range given to --shape,
+    and a cell still too long ends in "…"."""
+    from axon.cli.track import _row_line, _shape_text
+
+    assert _shape_text('{"M": [64, 128, 192, 256, 320], "N": [96, 200]}') == "M=64..320:64,N=96,200"
+    assert _shape_text('{"M": [1, 100, 129], "N": 512}') == "M=1,100,129,N=512"
+    row = {"run_id": "r", "name": "family e", "status": "FINISHED", "started": "", "hw": "trn1", "dtype": "float32"}
+    row |= {"best_latency_us": None, "speedup_vs_unfused": None}
+    line = _row_line({**row, "shape": "M=1,100,129,300,1000,1500,2000,N=96,200"})
+    assert "M=1,100,129,300,1000,1500,200… float32" in line
+    assert "M=64..320:64,N=96,200 " in _row_line({**row, "shape": "M=64..320:64,N=96,200"})

@@ -218,3 +218,13 @@ def test_ui_on_a_working_directory_that_does_not_exist_is_refused(tmp_path):
     """`axon ui --workdir typo` made the directory and an empty store, and served that."""
     refused("ui", "--workdir", str(tmp_path / "typo"), fragments=("no working directory", "typo"))
     assert not (tmp_path / "typo").exists()
+
+
+def test_ui_and_runs_on_a_workdir_that_is_a_file_name_it_as_one(tmp_path):
+    """Both said 'no working directory X' of a file that is there; `axon tune` says what it is."""
+    (tmp_path / "f").write_text("notes\n")
+    for command in ("ui", "runs"):
+        refused(
+            command, "--workdir", str(tmp_path / "f"), fragments=("is a file, not a directory", str(tmp_path / "f"))
+        )
+    assert (tmp_path / "f").read_text() == "notes\n"
