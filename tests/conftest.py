@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import compileall
 import contextlib
-import gc
 import io
 import os
 import resource
@@ -29,16 +28,6 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(REPO / "axon", quiet=1)
     else:  # the xdist workers already use the CPUs: a tune in one of them (or its commands) forks no helper
         os.environ.setdefault("AXON_CPUS", "1")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    """After each test, what the worker holds (modules, caches of lowered points, proofs) leaves the
-    cycle collector's view: its full collections walked that growing heap again and again (tests/search
-    and tests/lower: 14.7 of 134 worker CPU-s in collections, 8.3 s with this; worker peak 958 MB).
-    Cycles a test left behind stay until the worker exits. Axon's `gc_frozen` keeps a caller's frozen
-    objects frozen."""
-    gc.freeze()
 
 
 def rel_err(actual: np.ndarray, expected: np.ndarray) -> float:
