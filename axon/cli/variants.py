@@ -15,6 +15,7 @@ from axon.ir.trace import bind_dims
 from axon.options import parse_shape_option
 from axon.search.api import TUNING_EXCLUDED_MOVES, verified_variants, workload_graph
 from axon.search.problem import LoweredProblem
+from axon.search.request import TuneRequest
 from axon.synth import discover
 from axon.target import DEFAULT_HW, load_hw
 from axon.workloads import get
@@ -78,8 +79,12 @@ def variants(
     click.echo(
         f"# {len(found.variants)} variants; steps proved {found.count('proved')}, refuted {found.count('refuted')}, "
         f"unknown {found.count('unknown')}; {found.time_s:.2f} s; tune offers {len(numbers)}"
+        + (f" (from its own search, to depth {TUNE_DEPTH})" if depth != TUNE_DEPTH and not note else "")
         + (f" ({note})" if note else "")
     )
+
+
+TUNE_DEPTH = TuneRequest.depth  # the depth `axon tune` discovers to, whatever --depth lists here
 
 
 def _untuned(variant: Any, note: str) -> str:

@@ -20,6 +20,9 @@ def test_variants_prints_moves_and_proof_status():
     out = _run(name, "--depth", "2", "--timeout", "2")
     assert out.returncode == 0, out.stderr
     assert "== variant 0" in out.stdout and "proved by" in out.stdout and "variants; steps proved" in out.stdout
+    # at a depth other than tune's, the count tune offers is said to come from tune's own search
+    # ("1 variants ... tune offers 6" at --depth 0 read as a contradiction)
+    assert "(from its own search, to depth 4)" in out.stdout.splitlines()[-1]
 
 
 def test_unknown_workload_is_one_line_and_exit_2():
