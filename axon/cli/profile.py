@@ -75,6 +75,12 @@ def profile(
         raise NKIError(f"--out {out_dir}: {no_directory(out.parent)}")
     if not os.access(out if out.is_dir() else out.parent, os.W_OK | os.X_OK):  # was found after the profile ran
         raise NKIError(f"--out {out_dir} is not writable: give a directory you can write")
+    name = kernel.rpartition(":")[2] or "kernel"
+    targets = [out / f"{name}.perfetto.json"] + ([] if no_png else [out / f"{name}.png"])
+    for target in targets:  # found only after the kernel ran, as a traceback, before
+        if target.is_dir() or (target.exists() and not os.access(target, os.W_OK)):
+            kind = "a directory" if target.is_dir() else "not writable"
+            raise NKIError(f"--out {out_dir}: {target} is {kind}: give another --out")
     spec = load_hw(hw)
     specs = [parse_input_spec(text) for text in inputs]
     kwargs = kernel_args(args)
@@ -90,10 +96,9 @@ def profile(
         )
     timing = simulate(executed, spec)
     click.echo(timing.summary())
-    name = kernel.rpartition(":")[2] or "kernel"
     out.mkdir(exist_ok=True)
-    written = [timing.timeline.to_perfetto(out / f"{name}.perfetto.json")]
+    written = [timing.timeline.to_perfetto(targets[0])]
     if not no_png:
-        written.append(timing.timeline.to_png(out / f"{name}.png"))
+        written.append(timing.timeline.to_png(targets[1]))
     for path in written:
         click.echo(f"wrote {path}")

@@ -237,6 +237,10 @@ class CostModel:
         """A saved model; with warm_start, later `fit` calls continue training from it."""
         xgb = xgboost()
         path = Path(path)
+        if path.is_dir():  # was "not found", of a directory that is there
+            raise StoreError(
+                f"cost model {path} is a directory: give a model's JSON file (WORKDIR/models/costmodel-HW.json)"
+            )
         if not path.is_file():
             raise StoreError(f"cost model {path} not found")
         booster = xgb.Booster()

@@ -41,8 +41,8 @@ class TuneReport:
     outdated: tuple[int, int] = (0, 0)  # points the study measured before an upgrade; of them measured again
 
     def summary(self) -> str:
-        def us(ns: float | None) -> str:
-            return "n/a" if ns is None else f"{ns / 1e3:,.1f} us"
+        def us(ns: float | None) -> str:  # under 0.1 us in ns: a tiny problem's roofline printed as 0.0 us
+            return "n/a" if ns is None else f"{ns / 1e3:,.1f} us" if ns >= 100 else f"{ns:.3g} ns"
 
         best = self.best_latency_ns
         lines = [
@@ -66,7 +66,9 @@ class TuneReport:
             elif name == "unfused" and best:  # the line was missing without a word (M=1, N=65536: SBUF)
                 lines.append(f"  vs {name:8s} {'n/a':>14}  (the op-by-op kernel does not lower at this shape)")
         if best:
-            lines.append(f"  roofline {us(self.roofline_ns):>14}  achieved {self.roofline_ns / best:6.1%} of the bound")
+            lines.append(
+                f"  roofline {us(self.roofline_ns):>14}  achieved {_percent(self.roofline_ns / best)} of the bound"
+            )
         if self.numerics is not None:
             lines.append(
                 f"  numerics: emulator vs float64 reference at {self.numerics.dims}: max rel err "
@@ -89,3 +91,8 @@ class TuneReport:
         data = asdict(self)
         data["numerics_ok"] = None if self.numerics is None else self.numerics.ok
         return data
+
+
+def _percent(fraction: float) -> str:
+    """`fraction` as a percentage; below 0.1% with two significant digits, never a bare 0.0%."""
+    return f"{fraction:6.1%}" if fraction >= 0.001 or fraction == 0 else f"{fraction * 100:.2g}%"

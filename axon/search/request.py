@@ -20,6 +20,7 @@ from typing import Any
 
 from axon.errors import SpecError
 from axon.ir import KERNEL_DTYPES
+from axon.measure.neuron import BACKENDS
 from axon.shipped import cost_model_ref
 from axon.target import DEFAULT_HW, HardwareSpec, load_hw
 from axon.workdir import Workdir
@@ -90,6 +91,11 @@ class TuneRequest:
                 options[name] = os.fspath(value)
         if options.get("dtype", "float32") not in KERNEL_DTYPES:  # a float8 kernel fails every check
             raise SpecError(f"unknown kernel dtype {options['dtype']!r}; choose {', '.join(KERNEL_DTYPES)}")
+        backend = options.get("backend", "sim")
+        if (
+            not isinstance(backend, str) or backend not in BACKENDS
+        ):  # was found by tune(), not here: a request is checked
+            raise SpecError(f"unknown backend {options['backend']!r}; choose {', '.join(BACKENDS)}")
         if options.get("sampler", "costmodel") not in SAMPLERS:
             raise SpecError(f"unknown sampler {options['sampler']!r}; choose {', '.join(SAMPLERS)}")
         if options.get("cost_model") is not None:

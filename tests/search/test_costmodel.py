@@ -88,6 +88,11 @@ def test_untrained_and_bad_files():
         CostModel.load("/nonexistent/model.json")
 
 
+def test_a_directory_given_as_the_cost_model_is_named_as_one(tmp_path):
+    with pytest.raises(StoreError, match="is a directory: give a model's JSON file"):
+        CostModel.load(tmp_path)
+
+
 def test_freeze_makes_the_model_a_warm_start():
     model = CostModel(rounds=20)
     assert not model.pretrained

@@ -76,6 +76,9 @@ def test_the_request_loads_the_hardware_once_and_reads_axon_home(tmp_path, monke
         TuneRequest.make("softmax", trials=0)
     with pytest.raises(SpecError, match="unknown sampler"):
         TuneRequest.make("softmax", sampler="grid")
+    for backend in ("nueron", None):  # accepted, and refused only by tune()
+        with pytest.raises(SpecError, match="unknown backend"):
+            TuneRequest.make("softmax", backend=backend)
     with pytest.raises(TypeError):
         tune("softmax")  # type: ignore[arg-type]  # one request object, not keywords
 

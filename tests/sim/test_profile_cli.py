@@ -61,3 +61,12 @@ def test_profile_bad_hardware_is_one_line_and_exit_2(axon_cli, tmp_path):
     )
     assert r.returncode == 2
     assert r.stderr.strip().startswith("axon: error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("taken", ["exp_kernel.perfetto.json", "exp_kernel.png"])
+def test_profile_out_whose_timeline_name_is_a_directory_is_one_line(axon_cli, tmp_path, taken):
+    (tmp_path / taken).mkdir()
+    r = axon_cli("nki", "profile", f"{KERNEL}:exp_kernel", "--input", "a=float32[128,512]", "--out", str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().startswith("axon: error:") and len(r.stderr.strip().splitlines()) == 1
+    assert taken in r.stderr and "directory" in r.stderr
