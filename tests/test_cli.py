@@ -100,6 +100,22 @@ def test_hardware_file_errors_name_field_and_file(tmp_path):
     )
 
 
+def test_a_hardware_name_that_is_a_path_a_repeated_key_and_a_directory_are_each_one_line(tmp_path):
+    # `name: x/../../../escaped` had `axon tune` write its kernel outside the working directory (the
+    # name is in file names); a key given twice was only "line 8 is not valid YAML"; a directory
+    # given as the file was ".../axon/target/hw/DIR.yaml not found"
+    from axon.target.hardware import CONFIG_DIR
+
+    source = (CONFIG_DIR / "trn1.yaml").read_text()
+    (tmp_path / "esc.yaml").write_text(source.replace("name: trn1", "name: x/../../escaped", 1))
+    _one_line_error(axon_in_process("hw", str(tmp_path / "esc.yaml")), "field name must be a machine name")
+    (tmp_path / "dup.yaml").write_text(source.replace("name: trn1", "name: trn1\nname: trn9", 1))
+    _one_line_error(axon_in_process("hw", str(tmp_path / "dup.yaml")), "key 'name' given twice")
+    _one_line_error(axon_in_process("hw", str(tmp_path)), "is a directory")
+    (tmp_path / "ok.yaml").write_text(source.replace("name: trn1", "name: trn1-lab_2.b", 1))
+    assert axon_in_process("hw", str(tmp_path / "ok.yaml")).returncode == 0
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +208,12 @@ def _value(tp: Any, raw: Any, path: str, file: str, name: str) -> Any:
 
 
 def _check(hw: HardwareSpec, file: str) -> None:
+    # the name is in file names (kernels, families, cost models) and registered model names: a path in it
+    # ("x/../../../escaped") wrote a kernel outside the working directory
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", hw.name) or ".." in hw.name:
+        raise HardwareError(
+            f"{file}: field name must be a machine name (letters, digits, '_', '-', '.'), got {hw.name!r}"
+        )
     m = hw.memory
     if m.psum_bytes_per_partition % m.psum_banks:
         raise HardwareError(f"{file}: field memory.psum_bytes_per_partition must divide into memory.psum_banks banks")
@@ -233,6 +240,8 @@ def load_hw(name_or_path: str | os.PathLike[str] = DEFAULT_HW) -> HardwareSpec:
     path = Path(text) if (text.endswith((".yaml", ".yml")) or os.sep in text) else CONFIG_DIR / f"{text}.yaml"
     if not path.is_file() and path.parts == ("configs", "hw", path.name) and (CONFIG_DIR / path.name).is_file():
         path = CONFIG_DIR / path.name
+    if Path(text).is_dir():  # it said ".../axon/target/hw/DIR.yaml not found"
+        raise HardwareError(f"hardware file {text} is a directory: give a YAML file such as configs/hw/trn1.yaml")
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
         raise HardwareError(f"hardware file {path} not found (built-in: {known})")
@@ -251,7 +260,8 @@ def _parse(path: Path, raw_bytes: bytes, digest: str) -> HardwareSpec:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
-        raise HardwareError(f"{path}:{line} is not valid YAML") from None
+        problem = getattr(exc, "problem", None)  # e.g. "key 'generation' given twice (again at line 8)"
+        raise HardwareError(f"{path}:{line} is not valid YAML" + (f": {problem}" if problem else "")) from None
     hw = _build(HardwareSpec, data, "", str(path))
     _check(hw, str(path))
     return dataclasses.replace(hw, source=str(path), file_hash=digest)
