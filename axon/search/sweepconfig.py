@@ -22,7 +22,7 @@ from axon.ir import KERNEL_DTYPES
 from axon.measure.neuron import BACKENDS
 from axon.target import DEFAULT_HW
 from axon.workloads import is_spec_ref
-from axon.yamlfile import DuplicateKey, load_yaml
+from axon.yamlfile import load_yaml
 
 SAMPLERS = ("costmodel", "tpe", "random")
 
@@ -108,10 +108,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
         raise SpecError(f"sweep config {file} not found")
     try:
         data = load_yaml(path.read_text(encoding="utf-8"))
-    except DuplicateKey as exc:
-        raise SpecError(f"{file}: {exc.problem}") from None
-    except yaml.YAMLError:
-        raise SpecError(f"{file} is not valid YAML") from None
+    except yaml.YAMLError as exc:  # its problem when it has one, e.g. "key 'entries' given twice (again at line 3)"
+        problem = getattr(exc, "problem", None)
+        raise SpecError(f"{file} is not valid YAML" + (f": {problem}" if problem else "")) from None
     except UnicodeDecodeError as exc:  # was a traceback
         raise SpecError(f"{file} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
     if not isinstance(data, dict):
