@@ -129,5 +129,7 @@ class Allocation:
         return n * self.dtype.itemsize
 
     def __del__(self) -> None:
-        if self.release is not None:
-            self.release(self)
+        # an __init__ stopped part way (a kernel's time limit fires inside it) set no callback yet
+        release = getattr(self, "release", None)
+        if release is not None:
+            release(self)

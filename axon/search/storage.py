@@ -186,14 +186,26 @@ def retrying_storage(url: str) -> RDBStorage:
         except (sqlalchemy_exc().SQLAlchemyError, StorageInternalError, ValueError) as exc:
             # a server reached before is waited for; so is one that answered that another process was
             # creating Optuna's tables at the same moment (workers started at once on a new database:
-            # 'duplicate key value violates unique constraint "pg_type_typname_nsp_index"')
-            racing = any(isinstance(e, sqlalchemy_exc().IntegrityError) for e in (exc, exc.__cause__))
+            # 'duplicate key value violates unique constraint "pg_type_typname_nsp_index"', or
+            # 'type "studydirection" already exists')
+            racing = any(_creation_race(e) for e in (exc, exc.__cause__))
             if (reached(url) or racing) and backoff.wait():
                 continue
             reason = getattr(exc, "orig", None) or exc.__cause__ or exc
             raise StoreError(
                 f"Optuna storage {redacted(url)} cannot be reached: {str(reason).strip().splitlines()[0]}"
             ) from None
+
+
+# unique_violation, duplicate_object (a type), duplicate_table: what PostgreSQL answers the second of
+# two processes creating the same tables or enum types at once
+_RACE_SQLSTATES = frozenset({"23505", "42710", "42P07"})
+
+
+def _creation_race(exc: BaseException | None) -> bool:
+    if isinstance(exc, sqlalchemy_exc().IntegrityError):
+        return True
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in _RACE_SQLSTATES
 
 
 def check_cost_model(ref: str | None, seed: int, tracking_uri: str) -> None:
