@@ -42,10 +42,12 @@ def pytest_collection_modifyitems(config, items):
     ones. A long test started near the end would keep one worker busy while the other sits idle, and
     with all the slow tests in the first slice (as when they were only sorted first) the last tests
     the two workers shared out were slow ones."""
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    quick = [item for item in items if item.get_closest_marker("slow") is None]
+    collector = [item for item in items if item.path.name in ("gcpause.py", "test_gcpause.py")]
+    rest = [item for item in items if item not in collector]
+    slow = [item for item in rest if item.get_closest_marker("slow") is not None]
+    quick = [item for item in rest if item.get_closest_marker("slow") is None]
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
-    ordered, left = [], len(items)
+    ordered, left = [], len(rest)
     for i in range(workers):
         size = left // (workers - i)  # the slice worksteal hands worker i: what is left over the workers left
         share = slow[i::workers]
@@ -53,4 +55,6 @@ def pytest_collection_modifyitems(config, items):
         ordered += share + quick[:fill]
         quick = quick[fill:]
         left -= size
-    items[:] = ordered + quick
+    # the collector tests first: each unfreezes the heap, and the collection after it walks whatever the
+    # tests before it kept (11.7 CPU-s for one doctest after 700 tests, under 0.1 s first)
+    items[:] = collector + ordered + quick

@@ -35,7 +35,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from axon.cli.track import _descendants
 from axon.options import parse_shape_range
+from axon.workdir import pid_alive
 from tests.conftest import REPO, axon_in_process, exit_status, rel_err
 
 README = REPO / "README.md"
@@ -317,6 +319,7 @@ def _serve_then_stop(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[i
             except OSError as exc:
                 note = f"{url}: {exc}"
     finally:
+        tree = _descendants(proc.pid)  # the MLflow server and its uvicorn: Ctrl-C stops them all
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
         try:
@@ -325,6 +328,17 @@ def _serve_then_stop(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[i
             proc.kill()
             code = proc.wait()
             note += "; did not stop on Ctrl-C (SIGINT) within 60 s"
+    left = {pid for pid in tree if pid_alive(pid)}
+    deadline = time.monotonic() + 10
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = {pid for pid in left if pid_alive(pid)}
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    if url is not None and len(tree) < 2:
+        note += f"; {len(tree)} processes under it (the MLflow server and its uvicorn expected)"
+    if left:
+        note += f"; processes {sorted(left)} still ran 10 s after Ctrl-C"
     errors.seek(0)
     return code, errors.read(), note
 
