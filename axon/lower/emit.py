@@ -8,6 +8,7 @@ and the point. It does not run or check the source (the `axon.nki` emulator does
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from axon.lower.program import Comment, Free, Ref, Stmt, Tensor, TileAlloc, TileInstr, TileLoop, TileProgram
@@ -89,3 +90,34 @@ def emit(program: TileProgram) -> str:
     outs = ", ".join(t.name for t in program.outputs)
     lines.append(f"    return {outs}")
     return "\n".join(lines) + "\n"
+
+
+def with_shape_guard(source: str, kernel: str, inputs: Sequence[tuple[str, tuple[int, ...], str]]) -> str:
+    """The kernel as Axon hands it to the user: `source` (what was measured and checked) with one
+    assertion first in the kernel's body that its inputs have the shapes it was generated for. NKI
+    sizes are compile-time constants: a kernel for x [256, 512] given x [512, 512] computed the first
+    256 rows and returned them as if they were the answer. The assertion is plain Python, run when
+    NKI traces the kernel (AWS's tutorial kernels check their shapes the same way); it issues no
+    instruction, so the kernel measured is the kernel delivered.
+
+    >>> src = "@nki.jit\\ndef k(x, g):\\n    return x\\n"
+    >>> print(with_shape_guard(src, "k", [("x", (256, 512), "float32"), ("g", (512,), "float32")]))
+    @nki.jit
+    def k(x, g):
+        assert (tuple(x.shape), tuple(g.shape)) == ((256, 512), (512,)), (
+            f"k was generated for x [256, 512], g [512]; got x {list(x.shape)}, g {list(g.shape)}"
+        )
+        return x
+    <BLANKLINE>
+    """
+    names = [name for name, _, _ in inputs]
+    signature = f"def {kernel}({', '.join(names)}):\n"
+    if not names or signature not in source:
+        return source
+    one = "," if len(names) == 1 else ""  # a tuple of one shape
+    got = ", ".join(f"tuple({n}.shape)" for n in names) + one
+    want = ", ".join(repr(tuple(shape)) for _, shape, _ in inputs) + one
+    planned = ", ".join(f"{n} {list(shape)}" for n, shape, _ in inputs)
+    actual = ", ".join(f"{n} {{list({n}.shape)}}" for n in names)
+    guard = f'    assert ({got}) == ({want}), (\n        f"{kernel} was generated for {planned}; got {actual}"\n    )\n'
+    return source.replace(signature, signature + guard, 1)

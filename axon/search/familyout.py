@@ -19,6 +19,7 @@ from typing import Any
 
 from axon.errors import AxonError
 from axon.lazy import matplotlib
+from axon.lower.emit import with_shape_guard
 from axon.options import format_sizes
 from axon.search.checks import adversarial_check, numerics_check
 from axon.search.family import Family, FamilyProblems, size, span
@@ -81,7 +82,7 @@ def write_module(
         cand = problems(row.dims).build(family.schedules[row.schedule])
         kernel_name = cand.kernel
         path = kernels / f"{cand.kernel}_{_tag(row.dims)}.py"
-        path.write_text(cand.source)
+        path.write_text(with_shape_guard(cand.source, cand.kernel, cand.inputs))
         key = tuple(row.dims[k] for k in sorted(row.dims))
         table[key] = (f"kernels/{path.name}", cand.kernel, row.schedule)
         bound = problems(row.dims).graph  # each input's concrete shape: a dimension may be "KV*G" or "D/2"

@@ -25,6 +25,7 @@ from axon.errors import AxonError
 from axon.forked import Ahead, workers
 from axon.gcpause import gc_frozen
 from axon.ir import flops, min_bytes
+from axon.lower.emit import with_shape_guard
 from axon.measure.events import Callback, OnTrial, TrialLog
 from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
@@ -190,7 +191,7 @@ def _tune(
         cand = problem.build(point)
         kernel_path = kernel_out_path(r.out, workdir, w.kernel_name, r.hw.name, cand.kernel_hash)
         kernel_path.parent.mkdir(parents=True, exist_ok=True)
-        kernel_path.write_text(cand.source)
+        kernel_path.write_text(with_shape_guard(cand.source, cand.kernel, cand.inputs))
         return cand, numerics, adversarial, kernel_path
 
     def first_checked(ranked: Iterator[Any]) -> tuple[Any, tuple[Any, Any, Any, Path], tuple[str, ...]]:

@@ -9,8 +9,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
+import axon.nki
+from axon.errors import NKIError
 from axon.measure.records import RecordDB
 from tests.conftest import REPO, axon_in_process
 
@@ -30,6 +33,15 @@ def test_tune_reports_a_checked_kernel_and_tracks_it(tmp_path):
     assert report.unfused_ns and report.roofline_ns < report.best_latency_ns
     source = open(report.kernel_path).read()
     assert "@nki.jit" in source and "def " in source
+    # the kernel delivered runs on the shapes it was tuned for and refuses others (it computed the
+    # first rows of a larger input and returned them as the answer)
+    kernel, rng = axon.nki.load_kernel(f"{report.kernel_path}:rmsnorm_matmul"), np.random.default_rng(0)
+    shapes = {"x": (report.shapes["M"], report.shapes["K"]), "g": (report.shapes["K"],)}
+    shapes["w"] = (report.shapes["K"], report.shapes["N"])
+    axon.nki.run(kernel, *(rng.standard_normal(s, dtype=np.float32) for s in shapes.values()))
+    shapes["x"] = (2 * report.shapes["M"], report.shapes["K"])
+    with pytest.raises(NKIError, match=r"generated for x \[.*; got x \[" + str(2 * report.shapes["M"])):
+        axon.nki.run(kernel, *(rng.standard_normal(s, dtype=np.float32) for s in shapes.values()))
     run = Tracker.for_workdir(tmp_path).client.get_run(report.run_id)
     assert run.data.params["workload"] == "rmsnorm_matmul"
     assert run.data.metrics["best_latency_us"] == pytest.approx(report.best_latency_ns / 1e3)
