@@ -32,13 +32,16 @@ class Recorder(Callback):
 
 
 def training_records(db: Records, problem: Any, backend: str, current: CurrentCode) -> list[Record]:
-    """Every ok kernel record of this hardware and backend the current code can vouch for: this
-    task's when the current code still emits them (features recomputed from the point), another
-    task's when this very code version wrote them (its stored features are this code's)."""
+    """Every ok kernel record of this hardware file (its bytes: a copy of trn1.yaml with another DMA
+    rate keeps the name trn1) and backend the current code can vouch for: this task's when the
+    current code still emits them (features recomputed from the point), another task's when this
+    very code version wrote them (its stored features are this code's)."""
     mine, version = problem.task, code_version()
     out: list[Record] = []
     for r in db.records(hw=problem.hw.name):
-        if r.backend != backend or r.kind != "kernel" or r.status != "ok" or not r.latency_ns:
+        if r.hw_hash != problem.hw.file_hash or r.backend != backend or r.kind != "kernel":
+            continue
+        if r.status != "ok" or not r.latency_ns:
             continue
         if r.task == mine:
             if current(r):

@@ -368,16 +368,16 @@ def summarize(
 def _retrain(
     config: SweepConfig, workdir: Workdir, tracker: Any, parent: Any, machines: dict[str, Any], db: Records
 ) -> tuple[dict[str, int], dict[str, float | None]]:
-    """Retrain one cost model per hardware file, log and register it: on every tuned-kernel record
-    of the full search space this code version wrote (their stored features are this code's)."""
+    """Retrain one cost model per hardware file (by its bytes: an edited copy may keep the name trn1),
+    log and register it: on every tuned-kernel record of the full search space this code version
+    wrote (their stored features are this code's) on that file."""
     versions, accuracy = {}, {}
     version = code_version()
     for hw in config.hw:
         hw_name = machines[hw].name
+        same = (machines[hw].file_hash, config.backend, "kernel", version)
         records = [
-            r
-            for r in db.records(hw=hw_name)
-            if r.backend == config.backend and r.kind == "kernel" and not r.label and r.code_version == version
+            r for r in db.records(hw=hw_name) if (r.hw_hash, r.backend, r.kind, r.code_version) == same and not r.label
         ]
         model = CostModel(seed=config.seed)
         acc = model.fit(records, holdout=0.2)
