@@ -66,9 +66,11 @@ def numerics_graph(graph: Graph) -> Graph:
     if flops(graph) <= NUMERICS_MAX_FLOPS:
         return graph
     try:
-        return graph.bind(**{k: min(v, NUMERICS_CAP) for k, v in graph.bindings.items()})
-    except SpecError:  # a derived dimension that does not bind at the cut: the check will say so itself
+        small = graph.bind(**{k: min(v, NUMERICS_CAP) for k, v in graph.bindings.items()})
+        small.check_bound()
+    except SpecError:  # a derived dimension that does not bind at the cut, a fixed slice past it (x[:, :640])
         return graph
+    return small
 
 
 def trace_instructions(graph: Graph) -> float:

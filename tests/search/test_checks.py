@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import axon.spec as ax
+from axon.ir import trace
 from axon.search.checks import FINITE_EDGE, AdversarialReport, ClassFigure, adversarial_check, numerics_check
 from axon.search.problem import LoweredProblem
 from axon.synth import discover_variants
@@ -214,3 +216,21 @@ def test_a_kernel_wrong_only_past_its_first_tiles_fails_the_full_size_case(tmp_p
     report = adversarial_check(problem, point, kernel_dir=tmp_path)
     assert not report.ok and report.dims == {"K": 128, "M": 128, "N": 128}
     assert "dominant(all inputs, at K=1024 M=1024 N=1024)" in report.failure()
+
+
+@ax.spec(x="M N")
+def fixed_halves(x):
+    return x[:, 0:256] * x[:, 256:512]
+
+
+def test_a_spec_sliced_at_fixed_columns_is_checked_where_its_slices_fit(tmp_path):
+    # the checks cut every dimension to 128 above their FLOP budget, where x[:, 256:512] lies outside
+    # the axis: the user's valid spec was refused with a slice error at sizes they never gave
+    from axon.search.api import verified_variants
+    from axon.verify.adversarial import input_ranges
+
+    g = trace(fixed_halves, M=256, N=512)
+    assert set(input_ranges(g, "float32")) == {"x"}
+    problem = LoweredProblem("fixed_halves", g, load_hw("trn1"), verified_variants(g), "float32")
+    report = adversarial_check(problem, problem.default_point(0), kernel_dir=tmp_path, max_flops=1.0)
+    assert report.ok and report.dims["N"] == 512
