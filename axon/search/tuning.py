@@ -329,6 +329,12 @@ def _tune(
                     timeline=lambda: timeline_files(*timeline.result(), workdir.plots, f"timeline_{run.run_id}"),
                 )
             return report
+        except KeyboardInterrupt:  # after the search: its trials are all recorded, the check is what was cut
+            raise TuneInterrupted(
+                f"{w.name}: interrupted while checking the best kernel ({(result.best.latency_ns or 0) / 1e3:,.1f} us) "
+                f"against the reference, so none was written; all {len(result.trials)} trials of this run are "
+                "recorded: the same command resumes, measures nothing again and writes it"
+            ) from None
         finally:
             if timeline is not None:
                 timeline.cancel()

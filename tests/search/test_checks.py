@@ -234,3 +234,23 @@ def test_a_spec_sliced_at_fixed_columns_is_checked_where_its_slices_fit(tmp_path
     problem = LoweredProblem("fixed_halves", g, load_hw("trn1"), verified_variants(g), "float32")
     report = adversarial_check(problem, problem.default_point(0), kernel_dir=tmp_path, max_flops=1.0)
     assert report.ok and report.dims["N"] == 512
+
+
+def test_ctrl_c_while_the_best_kernel_is_checked_says_the_same_command_writes_it(tmp_path, monkeypatch):
+    # after the last trial the checks can take most of a tune's wall time; a Ctrl-C there printed
+    # "axon: interrupted" alone, where the README promises the best kernel so far or what to do
+    from axon.search import tuning
+    from axon.search.api import TuneInterrupted, TuneRequest, tune
+
+    request = TuneRequest.make("rmsnorm", preset="small", trials=2, workdir=tmp_path, track=False)
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tuning, "numerics_check", ctrl_c)
+        with pytest.raises(TuneInterrupted, match=r"interrupted while checking .* the same command resumes"):
+            tune(request)
+    assert not (tmp_path / "kernels").exists()
+    report = tune(request)
+    assert (report.measured, report.resumed) == (0, 2) and report.kernel_path
