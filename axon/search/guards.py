@@ -158,6 +158,18 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
     return path
 
 
+def write_kernel_file(path: Path, source: str) -> None:
+    """`source` as `path`, whole or not at all: written in place, a disk that filled up mid-write left
+    an empty file (an earlier kernel there lost), which the same command's `--out` then refused as
+    not a kernel Axon wrote."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(source)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def _written_by_axon(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(len(HEADER)) == HEADER.encode()

@@ -30,7 +30,7 @@ from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
 from axon.search.baselines import baseline_latency, baselines_ahead, expert_latency, keep_baselines
 from axon.search.checks import adversarial_check, numerics_check
-from axon.search.guards import kernel_out_path, preflight, trace_instructions
+from axon.search.guards import kernel_out_path, preflight, trace_instructions, write_kernel_file
 from axon.search.problem import LoweredProblem
 from axon.search.report import TuneReport
 from axon.search.request import TuneRequest
@@ -190,7 +190,7 @@ def _tune(
         cand = problem.build(point)
         kernel_path = kernel_out_path(r.out, workdir, w.kernel_name, r.hw.name, cand.kernel_hash)
         kernel_path.parent.mkdir(parents=True, exist_ok=True)
-        kernel_path.write_text(cand.source)
+        write_kernel_file(kernel_path, cand.source)
         return cand, numerics, adversarial, kernel_path
 
     def first_checked(ranked: Iterator[Any]) -> tuple[Any, tuple[Any, Any, Any, Path], tuple[str, ...]]:
