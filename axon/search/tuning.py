@@ -274,8 +274,10 @@ def _tune(
             timeline = early_timeline.pop(fastest.kernel_hash, None)
             timeline = timeline or best_timeline(fastest, r, kernels, graph, n_workers)
         cancel_all(early_timeline)
+        written: Path | None = None
         try:
             chosen, (cand, numerics, adversarial, kernel_path), turned_down = first_checked(tuner.ranked())
+            written = kernel_path
             if turned_down and timeline is not None:  # the checks turned the fastest down: the chosen one's
                 timeline.cancel()
                 timeline = best_timeline(cand, r, kernels, graph, n_workers)
@@ -330,10 +332,15 @@ def _tune(
                 )
             return report
         except KeyboardInterrupt:  # after the search: its trials are all recorded, the check is what was cut
+            if written is not None:  # checked and written: the baselines (or the run's artifacts) were cut
+                raise TuneInterrupted(
+                    f"{w.name}: interrupted; best {(chosen.latency_ns or 0) / 1e3:,.1f} us, kernel: {written}",
+                    str(written),
+                ) from None
             raise TuneInterrupted(
                 f"{w.name}: interrupted while checking the best kernel ({(result.best.latency_ns or 0) / 1e3:,.1f} us) "
-                f"against the reference, so none was written; all {len(result.trials)} trials of this run are "
-                "recorded: the same command resumes, measures nothing again and writes it"
+                "against the reference, so none was written; every trial is recorded: the same command resumes, "
+                "measures nothing again and writes it"
             ) from None
         finally:
             if timeline is not None:
