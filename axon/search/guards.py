@@ -161,11 +161,12 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
 def write_kernel_file(path: Path, source: str) -> None:
     """`source` as `path`, whole or not at all: written in place, a disk that filled up mid-write left
     an empty file (an earlier kernel there lost), which the same command's `--out` then refused as
-    not a kernel Axon wrote."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    not a kernel Axon wrote. A symlink's target is written, as in place."""
+    target = path.resolve()
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         partial.write_text(source)
-        os.replace(partial, path)
+        os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
 
