@@ -656,6 +656,17 @@ def test_a_full_disk_while_the_kernel_is_written_keeps_the_out_file_and_the_same
     assert axon_in_process(*args).returncode == 0, "the same command, once there is room"
 
 
+def test_a_kernel_written_through_a_symlink_goes_to_its_target(tmp_path):
+    from axon.search.guards import write_kernel_file
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "k.py").symlink_to(tmp_path / "real" / "k.py")
+    write_kernel_file(tmp_path / "k.py", "one")
+    write_kernel_file(tmp_path / "k.py", "two")
+    assert (tmp_path / "k.py").is_symlink() and (tmp_path / "real" / "k.py").read_text() == "two"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["k.py"]
+
+
 def test_sqlites_full_disk_is_found_under_the_exceptions_that_wrap_it(tmp_path):
     # MLflow raises SQLite's "database or disk is full" inside SQLAlchemy's and its own exceptions
     db = sqlite3.connect(tmp_path / "tiny.db")
