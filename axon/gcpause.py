@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _FROZEN = [0]  # gc_frozen blocks open
+_KEPT = [False]  # the program froze its heap for good (`keep_frozen`)
 
 
 def _settle() -> None:
@@ -67,7 +68,7 @@ def gc_frozen() -> Iterator[Callable[[], None]]:
     >>> gc.get_freeze_count()
     0
     """
-    if not gc.isenabled() or gc.get_freeze_count():
+    if not gc.isenabled() or _KEPT[0] or gc.get_freeze_count():
         yield lambda: None
         return
     gc.freeze()
@@ -76,4 +77,17 @@ def gc_frozen() -> Iterator[Callable[[], None]]:
         yield _settle
     finally:
         _FROZEN[0] -= 1
+        gc.unfreeze()
+
+
+def keep_frozen(kept: bool = True) -> None:
+    """For a long-lived program that freezes its heap for good after each unit of work (a test
+    runner: `gc.collect(); gc.freeze()` after each test): collect, freeze, and let `gc_frozen` know
+    without asking `gc.get_freeze_count`, which walks every frozen object (0.35 s for a test process
+    that has run 700 tests, asked once per tune). `keep_frozen(False)` unfreezes the heap again."""
+    _KEPT[0] = kept
+    if kept:
+        gc.collect()
+        gc.freeze()
+    else:
         gc.unfreeze()

@@ -631,6 +631,42 @@ def test_a_full_disk_while_tuning_is_one_line(tmp_path, monkeypatch):
     assert "the same command resumes" in lines[0]
 
 
+def test_a_full_disk_while_the_kernel_is_written_keeps_the_out_file_and_the_same_command_resumes(tmp_path, monkeypatch):
+    # written in place, the kernel's file was left empty by ENOSPC: the earlier kernel at --out was lost
+    # and the same command, run again once there was room, refused --out as "not a kernel Axon wrote"
+    out = tmp_path / "k.py"
+    args = ("tune", "rmsnorm", "--preset", "small", "--trials", "1", "--no-track", "--quiet", "--cpus", "1")
+    args += ("--workdir", str(tmp_path / "w"), "--out", str(out))
+    assert axon_in_process(*args).returncode == 0
+    earlier = out.read_text()
+    real_write_text = Path.write_text
+
+    def full(path, data, *a, **kwargs):
+        if path.parent != tmp_path:
+            return real_write_text(path, data, *a, **kwargs)
+        with open(path, "w") as f, open("/dev/full", "w") as dev:
+            f.flush()
+            return dev.write(data)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Path, "write_text", full)
+        result = axon_in_process(*args)
+    assert result.returncode == 2 and "No space left on device" in result.stderr, result.stderr
+    assert out.read_text() == earlier and sorted(p.name for p in tmp_path.iterdir()) == ["k.py", "w"]
+    assert axon_in_process(*args).returncode == 0, "the same command, once there is room"
+
+
+def test_a_kernel_written_through_a_symlink_goes_to_its_target(tmp_path):
+    from axon.search.guards import write_kernel_file
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "k.py").symlink_to(tmp_path / "real" / "k.py")
+    write_kernel_file(tmp_path / "k.py", "one")
+    write_kernel_file(tmp_path / "k.py", "two")
+    assert (tmp_path / "k.py").is_symlink() and (tmp_path / "real" / "k.py").read_text() == "two"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["k.py"]
+
+
 def test_sqlites_full_disk_is_found_under_the_exceptions_that_wrap_it(tmp_path):
     # MLflow raises SQLite's "database or disk is full" inside SQLAlchemy's and its own exceptions
     db = sqlite3.connect(tmp_path / "tiny.db")

@@ -35,6 +35,21 @@ def test_guard_figures_scale_with_the_problem():
     assert numerics_graph(big).bindings["M"] == 512
 
 
+def test_the_numerics_size_keeps_a_fixed_slice_inside_its_axis():
+    # cut to 512 columns, x[:, 0:640] lies past the axis: the guards raised the slice error at sizes the
+    # user never gave, for a spec valid at theirs
+    import axon.spec as ax
+    from axon.ir import trace
+
+    @ax.spec(x="M N")
+    def head(x):
+        return x[:, 0:640] * 2.0
+
+    g = trace(head, M=2**23, N=1024)
+    assert numerics_graph(g).bindings["N"] == 1024
+    assert estimate(g).hbm_bytes > 0
+
+
 def test_tune_at_a_billion_rows_is_refused_with_the_figures(tmp_path):
     line = refused(
         "tune",

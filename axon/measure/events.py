@@ -70,6 +70,12 @@ class Callback:
         overrides this, the run issues a Python warning instead."""
 
 
+class StopTuning(Exception):
+    """Raised by a callback's `on_trial` to end the tune after this trial, as its budget would: the
+    trial is recorded and counted, the later callbacks still see it, and the best kernel so far is
+    checked, written and reported (any other exception ends the tune with no kernel written)."""
+
+
 class OnTrial(Callback):
     """A plain function of the trial as a callback."""
 

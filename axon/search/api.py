@@ -9,7 +9,7 @@ every trial. The pieces live in their own modules: `tuning` (the run), `report`,
 (numerics), `baselines`, `variants`, `storage`; MLflow artifacts in `axon.track.artifacts`.
 """
 
-from axon.measure.events import Callback, OnTrial, TrialLog
+from axon.measure.events import Callback, OnTrial, StopTuning, TrialLog
 from axon.search.baselines import baseline_latency, expert_latency
 from axon.search.checks import AdversarialReport, NumericsCheck, adversarial_check, numerics_check
 from axon.search.familyout import load_family
@@ -25,6 +25,7 @@ __all__ = [
     "Callback",
     "NumericsCheck",
     "OnTrial",
+    "StopTuning",
     "TrialLog",
     "TuneInterrupted",
     "TuneReport",

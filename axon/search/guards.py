@@ -66,9 +66,11 @@ def numerics_graph(graph: Graph) -> Graph:
     if flops(graph) <= NUMERICS_MAX_FLOPS:
         return graph
     try:
-        return graph.bind(**{k: min(v, NUMERICS_CAP) for k, v in graph.bindings.items()})
-    except SpecError:  # a derived dimension that does not bind at the cut: the check will say so itself
+        small = graph.bind(**{k: min(v, NUMERICS_CAP) for k, v in graph.bindings.items()})
+        small.check_bound()
+    except SpecError:  # a derived dimension that does not bind at the cut, a fixed slice past it (x[:, :640])
         return graph
+    return small
 
 
 def trace_instructions(graph: Graph) -> float:
@@ -154,6 +156,19 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
             f"--out {out} exists and is not a kernel Axon wrote: give another path (it is not overwritten)"
         )
     return path
+
+
+def write_kernel_file(path: Path, source: str) -> None:
+    """`source` as `path`, whole or not at all: written in place, a disk that filled up mid-write left
+    an empty file (an earlier kernel there lost), which the same command's `--out` then refused as
+    not a kernel Axon wrote. A symlink's target is written, as in place."""
+    target = path.resolve()
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(source)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _written_by_axon(path: Path) -> bool:

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from axon import __version__
 from axon.errors import AxonError, StoreError
 from axon.measure.backend import Backend, Measurement
-from axon.measure.events import Callback, TrialLog
+from axon.measure.events import Callback, StopTuning, TrialLog
 from axon.measure.records import Record, code_version
 from axon.measure.stores import Records
 from axon.search.callbacks import Recorder, Refit
@@ -170,10 +170,8 @@ class Tuner:
     ) -> None:
         """`before_last(best so far)` is called before the run's last trial (when the trial budget,
         not a time budget, ends the run)."""
-        self.problem, self.backend, self.db, self.config = problem, backend, db, config
-        self.before_last = before_last
-        self.model = model or CostModel(seed=config.seed)
-        self.storage = storage
+        self.problem, self.backend, self.db, self.config, self.storage = problem, backend, db, config, storage
+        self.model, self.before_last = model or CostModel(seed=config.seed), before_last
         self.current = CurrentCode(problem, backend.version)
         own: list[Callback] = [Recorder(db)]
         if config.sampler == "costmodel":
@@ -182,6 +180,7 @@ class Tuner:
         self._by_point: dict[str, Record] = {}
         self.next_number = 0  # one past the last trial this run asked (an MLflow step after every trial's)
         self.cut_short: TrialLog | None = None  # the trial an exception ended before its callbacks all ran
+        self.stopped = False  # a callback raised StopTuning: the run ends after this trial
 
     @property
     def task(self) -> str:
@@ -210,10 +209,8 @@ class Tuner:
                 )
             return known, "reused"
         if not self.db.claim(cand.kernel_hash, self.backend.name, self.problem.hw.file_hash):
-            busy = self._record(
-                point=point, kernel_hash=cand.kernel_hash, status="error", error="being measured by another worker"
-            )
-            return busy, "busy"
+            error = "being measured by another worker"
+            return self._record(point=point, kernel_hash=cand.kernel_hash, status="error", error=error), "busy"
         m: Measurement = self.backend.measure(cand.source, cand.kernel, cand.inputs, self.problem.hw)
         record = self._record(**measured_fields(cand, point, m))
         return record, "measured"
@@ -239,7 +236,10 @@ class Tuner:
                 trial.suggest_categorical(name, dist.choices)
             log = self._outcome(trial, sampler, best, pinned)
             for callback in self.callbacks:
-                callback.on_trial(log)
+                try:
+                    callback.on_trial(log)
+                except StopTuning:  # after this trial, as at the budget (the later callbacks see it too)
+                    self.stopped = True
         except BaseException as exc:
             self.cut_short = log
             close_trial(study, trial, log, exc)
@@ -350,7 +350,7 @@ class Tuner:
             best = log.best_ns
             logs.append(log)
             done += 1
-            if cfg.patience is not None and stale >= cfg.patience:
+            if self.stopped or cfg.patience is not None and stale >= cfg.patience:
                 break
         counts = {s: sum(1 for l in logs if l.status == s) for s in ("measured", "reused", "infeasible", "error")}
         settings = sampler.settings() if hasattr(sampler, "settings") else {"sampler": cfg.sampler, "seed": cfg.seed}

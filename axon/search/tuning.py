@@ -31,7 +31,7 @@ from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
 from axon.search.baselines import baseline_latency, baselines_ahead, expert_latency, keep_baselines
 from axon.search.checks import adversarial_check, numerics_check
-from axon.search.guards import kernel_out_path, preflight, trace_instructions
+from axon.search.guards import kernel_out_path, preflight, trace_instructions, write_kernel_file
 from axon.search.problem import LoweredProblem
 from axon.search.report import TuneReport
 from axon.search.request import TuneRequest
@@ -191,7 +191,7 @@ def _tune(
         cand = problem.build(point)
         kernel_path = kernel_out_path(r.out, workdir, w.kernel_name, r.hw.name, cand.kernel_hash)
         kernel_path.parent.mkdir(parents=True, exist_ok=True)
-        kernel_path.write_text(with_shape_guard(cand.source, cand.kernel, cand.inputs))
+        write_kernel_file(kernel_path, with_shape_guard(cand.source, cand.kernel, cand.inputs))
         return cand, numerics, adversarial, kernel_path
 
     def first_checked(ranked: Iterator[Any]) -> tuple[Any, tuple[Any, Any, Any, Path], tuple[str, ...]]:
@@ -275,8 +275,10 @@ def _tune(
             timeline = early_timeline.pop(fastest.kernel_hash, None)
             timeline = timeline or best_timeline(fastest, r, kernels, graph, n_workers)
         cancel_all(early_timeline)
+        written: Path | None = None
         try:
             chosen, (cand, numerics, adversarial, kernel_path), turned_down = first_checked(tuner.ranked())
+            written = kernel_path
             if turned_down and timeline is not None:  # the checks turned the fastest down: the chosen one's
                 timeline.cancel()
                 timeline = best_timeline(cand, r, kernels, graph, n_workers)
@@ -330,6 +332,17 @@ def _tune(
                     timeline=lambda: timeline_files(*timeline.result(), workdir.plots, f"timeline_{run.run_id}"),
                 )
             return report
+        except KeyboardInterrupt:  # after the search: its trials are all recorded, the check is what was cut
+            if written is not None:  # checked and written: the baselines (or the run's artifacts) were cut
+                raise TuneInterrupted(
+                    f"{w.name}: interrupted; best {(chosen.latency_ns or 0) / 1e3:,.1f} us, kernel: {written}",
+                    str(written),
+                ) from None
+            raise TuneInterrupted(
+                f"{w.name}: interrupted while checking the best kernel ({(result.best.latency_ns or 0) / 1e3:,.1f} us) "
+                "against the reference, so none was written; every trial is recorded: the same command resumes, "
+                "measures nothing again and writes it"
+            ) from None
         finally:
             if timeline is not None:
                 timeline.cancel()

@@ -86,10 +86,12 @@ def reduced(graph: Graph, budget: int = _BUDGET) -> Graph:
     for cap in (128, 64, 32, 16):
         small = graph.bind(**{k: min(v, cap) for k, v in dims.items()})
         try:
-            if max(math.prod(small.concrete_shape(n.id)) for n in small.nodes) <= budget:
-                return small
-        except Exception:  # noqa: BLE001 - a cut that breaks a derived size (D/2 of an odd D): try the next
+            small.check_bound()  # a fixed slice past a cut axis (x[:, 256:512] at N=128): the next cap
+            largest = max(math.prod(small.concrete_shape(n.id)) for n in small.nodes)
+        except Exception:  # noqa: BLE001 - a cut that breaks a derived size (D/2 of an odd D): the next
             continue
+        if largest <= budget:
+            return small
     return graph
 
 
@@ -353,9 +355,7 @@ class ClassResult:
 
     @property
     def label(self) -> str:
-        if self.target is None:
-            return self.cls
-        return f"{self.cls}({'all inputs' if self.target == ALL else self.target})"
+        return self.cls if self.target is None else f"{self.cls}({'all inputs' if self.target == ALL else self.target})"
 
 
 class AdversarialCheck:

@@ -306,12 +306,44 @@ def output_bounds(graph: Graph, vals: list[_Value], dtype: str) -> list[tuple[fl
     return [(vals[o].err + out_u * min(vals[o].mag, dtype_max(dtype)), vals[o].rel + out_u) for o in graph.outputs]
 
 
+# ops through which an interval stays exact (no division, root or transcendental widens it)
+_EXACT_OPS = frozenset({"input", "const", "mul", "square", "neg", "abs", "transpose", "reshape", "slice", "cast"})
+
+
+def _operand_overflows(graph: Graph, vals: list[_Value], dtype: str) -> list[Hazard]:
+    """A matmul operand TensorE reads in `dtype` past the dtype's largest value, where its interval is
+    exact (made of inputs by products alone: a weight scaled by a gain, g[:, None] * w). A float16
+    kernel rounds it to inf; wider intervals (x / rms) are loose bounds and say nothing here."""
+    limit = dtype_max(dtype)
+    if limit >= F32_MAX / 2:  # past bfloat16's largest is past float32's: the overflow check has it
+        return []
+
+    def exact(i: int) -> bool:
+        n = graph.nodes[i]
+        return n.op in _EXACT_OPS and all(exact(j) for j in n.inputs)
+
+    return [
+        Hazard(
+            "overflow",
+            "matmul",
+            n.id,
+            f"%{n.id} = matmul reads an operand (%{i}) of values up to {vals[i].mag:.3g} in {dtype}, whose "
+            f"largest is {limit:.6g}: it is inf there",
+        )
+        for n in graph.nodes
+        if n.op == "matmul"
+        for i in n.inputs
+        if vals[i].mag > limit and exact(i)
+    ]
+
+
 def new_hazards(spec: Graph, variant: Graph, ranges: Mapping[str, Range], dtype: str) -> list[Hazard]:
     """Hazards of `variant` the spec as written does not have, on any analyzed box."""
     found: list[Hazard] = []
     for box in boxes(spec, ranges, dtype).values():
         svals, shaz = analyze(spec, box)
         vvals, vhaz = analyze(variant, box)
+        shaz, vhaz = shaz + _operand_overflows(spec, svals, dtype), vhaz + _operand_overflows(variant, vvals, dtype)
         known = {h.key for h in shaz}
         found += [h for h in vhaz if h.key not in known and h not in found]
         sb, vb = output_bounds(spec, svals, dtype), output_bounds(variant, vvals, dtype)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from axon.measure.backend import SimBackend
 from axon.measure.events import Callback
 from axon.measure.records import RecordDB, code_version
 from axon.measure.stores import records_location
-from axon.search.api import TuneRequest, journal_storage, tune, verified_variants
+from axon.search.api import OnTrial, TuneRequest, journal_storage, tune, verified_variants
 from axon.search.callbacks import training_records
 from axon.search.current import CurrentCode
 from axon.search.problem import LoweredProblem
@@ -183,3 +184,20 @@ def test_callbacks_that_are_not_callbacks_are_refused_before_the_run(tmp_path, c
     with pytest.raises(TypeError, match=r"a list of axon.search.api.Callback objects .*\[OnTrial\(fn\)\]"):
         tune(request, callbacks)
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_callback_stops_the_tune_early_and_gets_the_report_and_kernel(tmp_path):
+    # a callback could end a tune only by raising, which wrote no kernel: "stop once under X us" lost the run
+    from axon.search.api import StopTuning
+
+    seen = []
+
+    def enough(trial):
+        seen.append(trial.number)
+        if trial.number == 1:
+            raise StopTuning
+
+    request = TuneRequest.make("rmsnorm", preset="small", trials=6, workdir=tmp_path, track=False)
+    report = tune(request, [OnTrial(enough), OnTrial(lambda t: seen.append(-t.number))])
+    assert seen == [0, 0, 1, -1] and report.measured == 2
+    assert report.numerics.ok and Path(report.kernel_path).is_file()

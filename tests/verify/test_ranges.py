@@ -303,3 +303,22 @@ def test_near_constant_rows_include_unit_magnitudes_where_a_small_constant_count
     assert (bases < 100).sum() >= 8 and (bases > 1e20).sum() >= 16  # unit-scale rows, and rows over the range
     variant = trace(min_max_scale_eps_first, M=64, N=128, dtype="float32")
     assert "near-constant(x)" in AdversarialCheck(spec, "float32").reason(variant)
+
+
+@ax.spec(x="M K", g=ax.tensor("K", range=(-1000, 1000)), w=ax.tensor("K N", range=(-100, 100)))
+def gained_matmul(x, g, w, eps=1e-6):
+    return (x / ax.sqrt(ax.mean(x * x) + eps) * g) @ w
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_gain_moved_onto_float16_weights_past_65504_is_not_offered(dtype):
+    # move-factor-across makes g[:, None] * w, which TensorE reads in the kernel's dtype: up to 1e5 here,
+    # inf in float16. It was offered and chosen at K=1024 M=4096 N=2048: every output inf, on inputs in
+    # the declared ranges where the spec as written returns numbers up to 27,557
+    g = trace(gained_matmul, M=128, K=128, N=128, dtype=dtype)
+    kept, rejected = screen(g, discover_variants(g, max_depth=1, exclude=frozenset({"split-tiles"})))
+    moved = [r.reason for r in rejected if [m.name for m in r.variant.moves] == ["move-factor-across"]]
+    if dtype == "float16":
+        assert moved and "reads an operand" in moved[0] and "65504" in moved[0]
+    else:
+        assert not moved and any([m.name for m in v.moves] == ["move-factor-across"] for v in kept)
