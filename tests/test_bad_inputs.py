@@ -503,6 +503,17 @@ def test_a_constant_that_is_not_finite_is_refused_at_its_line(tmp_path, body, li
     )
 
 
+@pytest.mark.parametrize("body", ["x / 0.0", "x / 0", "(x + 1) / np.float32(0)"])
+def test_a_division_by_the_constant_zero_is_refused_at_its_line(tmp_path, body):
+    # the kernel was all inf and its report said 'max rel err 0.00e+00 OK' (inf against inf)
+    path = tmp_path / "byzero.py"
+    path.write_text(f'import numpy as np\nimport axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return {body}\n')
+    refused(
+        "tune", f"{path}:f", "--shape", "M=128,N=128", "--workdir", str(tmp_path / "w"),
+        fragments=("division by the constant 0", "byzero.py:6"),
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("value", ["abc", "0", "-2"])
 def test_a_malformed_axon_cpus_is_refused_as_cpus_is(tmp_path, monkeypatch, value):
     # it was replaced quietly: "abc" by the default, "0" by 1, while --cpus 0 is refused

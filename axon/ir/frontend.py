@@ -258,6 +258,8 @@ def multiply(a: Any, b: Any) -> Tensor:
 
 
 def divide(a: Any, b: Any) -> Tensor:
+    if not isinstance(b, (Tensor, Dim)) and _finite(b.item() if hasattr(b, "item") else b) == 0:
+        raise SpecError(f"division by the constant 0 (at {_where()}): every element it makes is inf or NaN")
     return _binary("div", a, b)
 
 
@@ -390,9 +392,8 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
 
 # the spec language: the ops `axon.spec` exports (and nothing else is an op), then its declarations
 OPS = tuple(
-    """abs add cast concat concatenate dimsize divide exp gelu log matmul max
-    maximum mean min minimum multiply negative power reciprocal relu repeat reshape rsqrt
-    sigmoid silu split sqrt square subtract sum tanh transpose var""".split()
+    """abs add cast concat concatenate dimsize divide exp gelu log matmul max maximum mean min minimum multiply negative
+    power reciprocal relu repeat reshape rsqrt sigmoid silu split sqrt square subtract sum tanh transpose var""".split()
 )
 SPEC_NAMES = frozenset(OPS) | {"Tensor", "spec", "tensor"}
 

@@ -324,7 +324,7 @@ def _tune(
                 log_tuning_artifacts(
                     run,
                     report,
-                    source=cand.source,
+                    source=with_shape_guard(cand.source, cand.kernel, cand.inputs),  # the file written
                     logs=result.trials,
                     proofs=[{"move": m.name, "proof": str(p)} for m, p in zip(variant.moves, variant.proofs)],
                     importance=booster.get_score(importance_type="gain") if booster is not None else None,
