@@ -68,9 +68,9 @@ def operand(st: LoweringState, nid: int, j: Expr) -> tuple[str, Any]:
     role = st.roles.role[nid]
     if role == "scalar":
         return "scalar", st.roles.scalar[nid]
-    if role == "bcast":
+    if role == "bcast":  # one row broadcast over the partitions; one value ([1, 1], [1]): one per partition
         v = st.bcast[nid]
-        return "bcast", v.ref(Expr.of(0), st.tm)
+        return ("vec" if v.width == 1 else "bcast"), v.ref(Expr.of(0), st.tm)
     v = st.views[nid]
     return ("vec" if v.width == 1 else "full"), v.ref(j, st.tm)
 

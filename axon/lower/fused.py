@@ -123,8 +123,9 @@ def _arg(
         if v[1] in override:
             return override[v[1]]
         if window is not None and st.roles.role.get(v[1]) == "bcast":
-            return st.bcast[v[1]].ref(Expr.of(0), st.tm, window[0], window[1])
-        if window is not None and st.views[v[1]].width > 1:
+            if st.bcast[v[1]].width > 1:  # a row over the partitions: its window (one value: all of it)
+                return st.bcast[v[1]].ref(Expr.of(0), st.tm, window[0], window[1])
+        elif window is not None and st.views[v[1]].width > 1:
             return st.views[v[1]].ref(j, st.tm, window[0], window[1])
         return operand(st, v[1], j)[1]
     if isinstance(v, tuple) and v[0] == "step":

@@ -78,7 +78,7 @@ def _fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None, dropped: fr
                 v = scalar_value(graph, graph.nodes[i])
                 if v is not None:
                     leaves.append(Leaf(i, "scalar", v))
-                elif roles.role.get(i) == "bcast":
+                elif roles.role.get(i) == "bcast" and shape(i)[-1] != 1:  # one value ([1, 1]): a vec below
                     leaves.append(Leaf(i, "bcast"))
                 else:
                     leaves.append(Leaf(i, "vec" if shape(i)[-1] == 1 else "full"))

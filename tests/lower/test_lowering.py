@@ -121,6 +121,22 @@ def test_ragged_rows_get_a_last_partial_block(name, dims):
         assert "last row block" in src
 
 
+@pytest.mark.parametrize("shape", ["1 1", "1"])
+def test_a_single_value_input_scales_every_element(shape):
+    """x * s and s - x with s one value ([1, 1] or [1]: a temperature, a learned scale): s is broadcast
+    to one value per partition; every trial failed with 'tensor_tensor: [128, 512] vs [128, 1]'."""
+    import axon.spec as ax
+    from axon.ir import trace
+
+    @ax.spec(x="M N", s=shape)
+    def scaled(x, s):
+        return ax.exp(x * s) + (s - x)
+
+    graph = trace(scaled).bind(M=256, N=2048)
+    for point in ({}, {"tile_m": 64, "bufs": 2}, {"interleave": True, "m_block": 1}):
+        _check(graph, point, "float32")
+
+
 _HEAVY_TRACES = {
     "matmul",
     "transpose_matmul",
