@@ -103,7 +103,10 @@ def _bitvec(m: Machine, opcode: str, ops: tuple[str, ...], eng: str, views: list
     for v in views:
         if isinstance(v, View) and not np.issubdtype(v.dtype, np.integer):
             raise m.fail(
-                "bitvec operator dtype", f"{opcode} with {bits[0]} takes integer tiles, {v!r} is {v.dtype}", site
+                "bitvec operator dtype",
+                f"{opcode} with {bits[0]} takes integer tiles, {v!r} is {v.dtype} (a comparison writes 1/0 in "
+                "its operands' dtype: give it dtype=nl.uint8 to combine it with &, |, ^ or ~)",
+                site,
             )
     return True
 

@@ -261,7 +261,8 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
         out = I.tensor_scalar(None, sel, "add", y, dtype=dtype or x.dtype, mask=mask)
     if m.execute:
         # A select, exactly: y + c * (x - y) rounds in fp32, and the result is x or y itself.
-        box = out if out.alloc.last_write is None else View(out.alloc, *_box(out.alloc.last_write))
+        w = out.alloc.last_write
+        box = out if w is None else View(out.alloc, w.starts, w.steps, w.sizes, w.kept)
         pick = np.where(I._val(condition) != 0, I._val(x), I._val(y))
         assert box.alloc.data is not None  # execute mode holds data
         box.alloc.data[box.np_index()] = (
@@ -290,10 +291,6 @@ def softmax(
     I.activation(e, "exp", x, bias=neg_max, reduce_res=total)
     inv = I.reciprocal(None, total, dtype=float32)
     return I.tensor_scalar(None, e, "multiply", inv, dtype=dtype or compute_dtype or x.dtype)
-
-
-def _box(v: View) -> tuple[Any, ...]:
-    return v.starts, v.steps, v.sizes, v.kept
 
 
 def loop_reduce(
@@ -396,5 +393,6 @@ def __getattr__(name: str) -> Any:
 
 
 # the operators of views in kernel expressions (`a * b`, `x ** 2`, `t.broadcast_to(shape)`)
-OPERATORS.update(add=add, subtract=subtract, multiply=multiply, divide=divide, power=power, broadcast=_broadcast)
-OPERATORS.update(greater=greater, greater_equal=greater_equal, less=less, less_equal=less_equal)
+_VIEW_OPS: tuple[Any, ...] = (add, subtract, multiply, divide, power, greater, greater_equal, less, less_equal, invert)
+_VIEW_OPS += (bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift)
+OPERATORS.update({op.isa_name: op for op in _VIEW_OPS}, broadcast=_broadcast)

@@ -91,6 +91,36 @@ class ViewOperators:
     def __le__(self, o: Any) -> Any:
         return self._bin(o, "less_equal")
 
+    # bitwise operators are nl.bitwise_and & co. on integer tiles ("This function implements the
+    # C/Python operator &", nki.language.bitwise_and; `~` is nl.invert): a comparison's 1/0 tile
+    # takes them when compared with dtype=nl.uint8
+    def __and__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_and")
+
+    def __rand__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_and", True)
+
+    def __or__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_or")
+
+    def __ror__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_or", True)
+
+    def __xor__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_xor")
+
+    def __rxor__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_xor", True)
+
+    def __lshift__(self, o: Any) -> Any:
+        return self._bin(o, "left_shift")
+
+    def __rshift__(self, o: Any) -> Any:
+        return self._bin(o, "right_shift")
+
+    def __invert__(self) -> Any:
+        return _operator("invert")(self)
+
     def __neg__(self) -> Any:  # keeps the tile's dtype: -1.0 here is no operand of the kernel's
         return _operator("multiply")(self, -1.0, dtype=self.dtype)
 
