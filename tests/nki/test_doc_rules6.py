@@ -52,3 +52,40 @@ def test_bitwise_operator_on_a_float_comparison_says_how_to_compare():
     # x > y writes 1/0 in float32: & is an integer operator, refused with the way out, not a TypeError
     with pytest.raises(NKIError, match=r"takes integer tiles.*dtype=nl.uint8"):
         axon.nki.run(_stored(lambda x, y, nl: ~(x > y)), X, Y)
+
+
+def _exp_of(key):
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        t = nl.exp(nl.load(a)[key])
+        out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    return k
+
+
+@pytest.mark.parametrize(
+    "key", [(slice(None), slice(0, 600)), (slice(None), slice(-600, None)), (slice(0, 129), slice(None))]
+)
+def test_a_slice_past_the_tiles_end_is_refused(key):
+    # NumPy clips t[:, 0:600] of a [128, 512] tile to 512 columns: the kernel computed on a shorter tile
+    with pytest.raises(NKIError, match=r"slice -?\d*:\d* of axis [01] of <sbuf tensor t\d+ \[128, 512\] float32>.*"):
+        axon.nki.run(_exp_of(key), np.zeros((128, 512), np.float32))
+
+
+def test_a_slice_within_the_tile_still_runs():
+    got = axon.nki.run(_exp_of((slice(None), slice(-512, 512))), np.zeros((128, 512), np.float32))
+    np.testing.assert_array_equal(got, np.ones((128, 512), np.float32))
+
+
+def test_the_partition_limit_error_names_the_hardware_files_partition_count():
+    import dataclasses
+
+    from axon.target.hardware import DEFAULT_HW, load_hw
+
+    hw = load_hw(DEFAULT_HW)
+    narrow = dataclasses.replace(hw, memory=dataclasses.replace(hw.memory, partitions=64))
+    with pytest.raises(NKIError, match=r"partition axis > 64: tile shape \[128, 512\].*at most 64 partitions"):
+        axon.nki.run(_exp_of(slice(None)), np.zeros((128, 512), np.float32), hw=narrow)
