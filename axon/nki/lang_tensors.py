@@ -10,7 +10,7 @@ import numpy as np
 
 from axon.nki import instructions as I
 from axon.nki.context import active, kernel_site, maybe_active
-from axon.nki.dtypes import Buffer, as_dtype, par_dim, shared_hbm, uint8
+from axon.nki.dtypes import Buffer, as_dtype, par_dim, shared_hbm, stored, uint8
 from axon.nki.indexing import Predicate
 from axon.nki.memory import View
 
@@ -62,7 +62,7 @@ def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str 
         # block where it is first used (lazily), so the blocks are not all live from here: either
         # way the values are there from the start and no on-chip instruction is traced.
         if active().execute:
-            t.alloc.data[...] = fill_value  # type: ignore[index]
+            t.alloc.data[...] = stored(fill_value, t.alloc.dtype)  # type: ignore[index]
             t.alloc.written[...] = True  # type: ignore[index]
         t.alloc.ever_written = True
         return t
@@ -97,7 +97,7 @@ def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
     t = ndarray(arr.shape, dt, shared_hbm, "constant")
     m = active()
     if m.execute:
-        t.alloc.data[...] = arr.astype(dt)  # type: ignore[index]
+        t.alloc.data[...] = stored(arr.astype(dt), dt)  # type: ignore[index]
         t.alloc.written[...] = True  # type: ignore[index]
     t.alloc.ever_written = True
     return t

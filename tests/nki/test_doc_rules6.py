@@ -89,3 +89,29 @@ def test_the_partition_limit_error_names_the_hardware_files_partition_count():
     narrow = dataclasses.replace(hw, memory=dataclasses.replace(hw.memory, partitions=64))
     with pytest.raises(NKIError, match=r"partition axis > 64: tile shape \[128, 512\].*at most 64 partitions"):
         axon.nki.run(_exp_of(slice(None)), np.zeros((128, 512), np.float32), hw=narrow)
+
+
+def _tf32(x, y, nl):
+    return nl.copy(x, dtype=nl.tfloat32)
+
+
+def test_a_tfloat32_tile_holds_a_10_bit_mantissa():
+    # tfloat32 is (1S,8E,10M) ("Supported Data Types"): written as float32 it kept all 23 bits
+    x = np.array([[1 + 2**-12, 1 + 2**-10 + 2**-11, 1 + 2**-11, 1000.3]], np.float32)
+    got = axon.nki.run(_stored(_tf32), x, x)
+    assert got.dtype == np.float32  # stored in fp32's four bytes
+    np.testing.assert_array_equal(got, np.array([[1.0, 1 + 2**-9, 1.0, 1000.5]], np.float32))
+
+
+def test_a_tfloat32_tile_is_float32_for_promotion_and_full():
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        t = nl.full((1, 2), 1 + 2**-12, dtype=nl.tfloat32)
+        s = nl.add(t, nl.load(a))  # float32 + tfloat32: float32, unrounded
+        out = nl.ndarray(s.shape, s.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=s)
+        return out
+
+    got = axon.nki.run(k, np.full((1, 2), 2**-20, np.float32))
+    np.testing.assert_array_equal(got, np.full((1, 2), 1 + 2**-20, np.float32))
