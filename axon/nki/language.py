@@ -246,7 +246,8 @@ def matmul(x: View, y: View, transpose_x: bool = False, mask: Predicate | None =
 
 def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
     """condition ? x : y as three VectorE instructions: y + condition * (x - y); y is a tile or a
-    number (a tensor_scalar then)."""
+    number (a tensor_scalar then). Without dtype=, the promoted dtype of the input tiles x and y
+    ("whichever input type has the highest precision", nki.language.where)."""
     m = active()
     if not isinstance(x, View):
         raise m.fail("nl.where", "x of nl.where must be a tile (y may be a tile or a number)")
@@ -256,7 +257,7 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
         diff = I.tensor_scalar(None, x, "subtract", y, dtype=float32)
     sel = I.tensor_tensor(None, diff, condition, "multiply", dtype=float32)
     if isinstance(y, View):
-        out = I.tensor_tensor(None, sel, y, "add", dtype=dtype or x.dtype, mask=mask)
+        out = I.tensor_tensor(None, sel, y, "add", dtype=dtype or promoted_dtype(x.dtype, y.dtype), mask=mask)
     else:
         out = I.tensor_scalar(None, sel, "add", y, dtype=dtype or x.dtype, mask=mask)
     if m.execute:

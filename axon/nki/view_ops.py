@@ -77,6 +77,9 @@ class ViewOperators:
     def __pow__(self, o: Any) -> Any:
         return self._bin(o, "power")
 
+    def __rpow__(self, o: Any) -> Any:
+        return self._bin(o, "power", True)
+
     # comparisons give 1.0/0.0 tiles (nki.errors err_ambiguous_tensor_truth_value writes `a_tile > 0`);
     # == and != stay Python's: views are dictionary keys
     def __gt__(self, o: Any) -> Any:

@@ -115,3 +115,28 @@ def test_a_tfloat32_tile_is_float32_for_promotion_and_full():
 
     got = axon.nki.run(k, np.full((1, 2), 2**-20, np.float32))
     np.testing.assert_array_equal(got, np.full((1, 2), 1 + 2**-20, np.float32))
+
+
+def test_a_number_to_the_power_of_a_tile():
+    # nl.power takes "a tile or a scalar value" for x: 2 ** t was a TypeError
+    got = axon.nki.run(_stored(lambda x, y, nl: 2.0**x), X, Y)
+    np.testing.assert_array_equal(got, np.array([[2.0, 0.25, 8.0, 1.0]], np.float32))
+
+
+def test_where_of_two_tiles_writes_their_promoted_dtype():
+    # nki.language.where: the dtype defaults to "whichever input type has the highest precision";
+    # the float32 y was rounded to x's bfloat16 (1.001 -> 1.0)
+    import ml_dtypes
+
+    def k(c, a, b):
+        import neuronxcc.nki.language as nl
+
+        t = nl.where(nl.load(c), nl.load(a), nl.load(b))
+        out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    cond = np.array([[1.0, 0.0]], np.float32)
+    got = axon.nki.run(k, cond, np.ones((1, 2), ml_dtypes.bfloat16), np.full((1, 2), 1.001, np.float32))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.array([[1.0, 1.001]], np.float32))
