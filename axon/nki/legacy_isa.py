@@ -50,9 +50,23 @@ def _fit(dst: View, value: View) -> View:
     return dst.index(tuple(slice(0, v) for v in value.shape))
 
 
+def _per_partition(value: View, dst: View) -> bool:
+    """`value` holds one value per partition of the on-chip tile `dst` ([P, 1] against [P, F]): it
+    broadcasts along the free axes, as in nl.add(dst, value), instead of landing in dst's corner."""
+    return (
+        value.shape != dst.shape
+        and len(value.shape) == len(dst.shape) >= 2
+        and value.shape[0] == dst.shape[0]
+        and all(s == 1 for s in value.shape[1:])
+        and "hbm" not in (value.alloc.kind, dst.alloc.kind)
+    )
+
+
 def assign(dst: View, value: Any) -> None:
     """`dst[...] = value`."""
     m = active()
+    if isinstance(value, View) and _per_partition(value, dst):
+        value = OPERATORS["broadcast"](value, dst.shape)
     if isinstance(value, View):
         dst = _fit(dst, value)
     if not isinstance(value, View):
@@ -83,6 +97,9 @@ def assign(dst: View, value: Any) -> None:
 def accumulate(dst: View, value: Any, fn: str) -> View:
     """`dst += value` (also -=, *=): PSUM accumulation for a fresh matmul, else one VectorE op."""
     m = active()
+    if isinstance(value, View) and _per_partition(value, dst):
+        I.tensor_scalar(dst, dst, fn, value)
+        return dst
     if isinstance(value, View):
         whole, dst = dst, _fit(dst, value)
         ins = _fresh(value)

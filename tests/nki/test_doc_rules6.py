@@ -140,3 +140,32 @@ def test_where_of_two_tiles_writes_their_promoted_dtype():
     got = axon.nki.run(k, cond, np.ones((1, 2), ml_dtypes.bfloat16), np.full((1, 2), 1.001, np.float32))
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, np.array([[1.0, 1.001]], np.float32))
+
+
+def _into_zeros(op):
+    """`acc = zeros([2, 4]); acc <op> v` for a [2, 1] input v (one value per partition)."""
+
+    def k(v):
+        import neuronxcc.nki.language as nl
+
+        acc = nl.zeros((2, 4), nl.float32)
+        t = nl.load(v)
+        if op == "=":
+            acc[...] = t
+        elif op == "+=":
+            acc += t
+        else:
+            acc -= t
+        out = nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=acc)
+        return out
+
+    return k
+
+
+@pytest.mark.parametrize(("op", "sign"), [("=", 1.0), ("+=", 1.0), ("-=", -1.0)])
+def test_a_per_partition_value_broadcasts_along_the_free_axis(op, sign):
+    # acc += v is nl.add(acc, v), which broadcasts a [P, 1] v; only acc's first column changed
+    v = np.array([[1.0], [2.0]], np.float32)
+    got = axon.nki.run(_into_zeros(op), v)
+    np.testing.assert_array_equal(got, sign * np.broadcast_to(v, (2, 4)))
