@@ -395,5 +395,5 @@ def __getattr__(name: str) -> Any:
 
 # the operators of views in kernel expressions (`a * b`, `x ** 2`, `t.broadcast_to(shape)`)
 _VIEW_OPS: tuple[Any, ...] = (add, subtract, multiply, divide, power, greater, greater_equal, less, less_equal, invert)
-_VIEW_OPS += (bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift)
+_VIEW_OPS += (equal, not_equal, bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift)
 OPERATORS.update({op.isa_name: op for op in _VIEW_OPS}, broadcast=_broadcast)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from axon.errors import NKIError
 
 OPERATORS: dict[str, Callable[..., Any]] = {}
@@ -19,6 +21,10 @@ def _operator(name: str) -> Callable[..., Any]:
     if op is None:  # pragma: no cover - axon.nki loads both registering modules
         raise NKIError(f"the view operator {name!r} is not registered: import axon.nki first")
     return op
+
+
+def _is_number(o: object) -> bool:
+    return isinstance(o, int | float | np.number) and not isinstance(o, bool | np.bool_)
 
 
 class ViewOperators:
@@ -81,7 +87,16 @@ class ViewOperators:
         return self._bin(o, "power", True)
 
     # comparisons give 1.0/0.0 tiles (nki.errors err_ambiguous_tensor_truth_value writes `a_tile > 0`);
-    # == and != stay Python's: views are dictionary keys
+    # == and != with a number too (nl.equal, nl.not_equal: `t == 1.0` was Python's False, a silent 0);
+    # between two views they stay Python's identity: views are dictionary keys and list members
+    __hash__ = object.__hash__
+
+    def __eq__(self, o: object) -> Any:
+        return self._bin(o, "equal") if _is_number(o) else NotImplemented
+
+    def __ne__(self, o: object) -> Any:
+        return self._bin(o, "not_equal") if _is_number(o) else NotImplemented
+
     def __gt__(self, o: Any) -> Any:
         return self._bin(o, "greater")
 

@@ -169,3 +169,18 @@ def test_a_per_partition_value_broadcasts_along_the_free_axis(op, sign):
     v = np.array([[1.0], [2.0]], np.float32)
     got = axon.nki.run(_into_zeros(op), v)
     np.testing.assert_array_equal(got, sign * np.broadcast_to(v, (2, 4)))
+
+
+def test_equality_with_a_number_is_elementwise():
+    # t == 1.0 was Python's identity comparison: False, so x * (x == 1.0) was silently all zeros
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        x = nl.load(a)
+        t = nl.add(x * (x == 1.0), x != 2)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    got = axon.nki.run(k, np.array([[1.0, 2.0, 3.0]], np.float32))
+    np.testing.assert_array_equal(got, np.array([[2.0, 0.0, 1.0]], np.float32))
