@@ -87,15 +87,15 @@ class ViewOperators:
         return self._bin(o, "power", True)
 
     # comparisons give 1.0/0.0 tiles (nki.errors err_ambiguous_tensor_truth_value writes `a_tile > 0`);
-    # == and != with a number too (nl.equal, nl.not_equal: `t == 1.0` was Python's False, a silent 0);
-    # between two views they stay Python's identity: views are dictionary keys and list members
+    # == and != too (nl.equal, nl.not_equal: `t == 1.0` was Python's False, a silent 0); views stay
+    # dictionary keys by identity (the emulator never compares two views with ==)
     __hash__ = object.__hash__
 
     def __eq__(self, o: object) -> Any:
-        return self._bin(o, "equal") if _is_number(o) else NotImplemented
+        return self._bin(o, "equal") if _is_number(o) or isinstance(o, ViewOperators) else NotImplemented
 
     def __ne__(self, o: object) -> Any:
-        return self._bin(o, "not_equal") if _is_number(o) else NotImplemented
+        return self._bin(o, "not_equal") if _is_number(o) or isinstance(o, ViewOperators) else NotImplemented
 
     def __gt__(self, o: Any) -> Any:
         return self._bin(o, "greater")

@@ -184,3 +184,17 @@ def test_equality_with_a_number_is_elementwise():
 
     got = axon.nki.run(k, np.array([[1.0, 2.0, 3.0]], np.float32))
     np.testing.assert_array_equal(got, np.array([[2.0, 0.0, 1.0]], np.float32))
+
+
+def test_equality_of_two_tiles_is_elementwise():
+    def k(a, b):
+        import neuronxcc.nki.language as nl
+
+        x, y = nl.load(a), nl.load(b)
+        t = nl.add(x * (x == y), (x != y) * 10.0)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    got = axon.nki.run(k, np.array([[1.0, 2.0, 3.0]], np.float32), np.array([[1.0, 5.0, 3.0]], np.float32))
+    np.testing.assert_array_equal(got, np.array([[1.0, 10.0, 3.0]], np.float32))
