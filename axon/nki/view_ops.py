@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from axon.errors import NKIError
+from axon.nki.context import maybe_active
 
 OPERATORS: dict[str, Callable[..., Any]] = {}
 
@@ -138,6 +139,13 @@ class ViewOperators:
 
     def __invert__(self) -> Any:
         return _operator("invert")(self)
+
+    def __bool__(self) -> bool:
+        # `if t > 0:` is a compile-time error in NKI (nki.errors err_ambiguous_tensor_truth_value): a
+        # view was always true, so the kernel silently took the branch
+        detail = f"{self!r} has no single truth value (`if t > 0:`); select elementwise with nl.where"
+        m = maybe_active()
+        raise m.fail("ambiguous tile truth value", detail) if m is not None else NKIError(detail)
 
     def __neg__(self) -> Any:  # keeps the tile's dtype: -1.0 here is no operand of the kernel's
         return _operator("multiply")(self, -1.0, dtype=self.dtype)

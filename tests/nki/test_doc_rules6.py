@@ -198,3 +198,19 @@ def test_equality_of_two_tiles_is_elementwise():
 
     got = axon.nki.run(k, np.array([[1.0, 2.0, 3.0]], np.float32), np.array([[1.0, 5.0, 3.0]], np.float32))
     np.testing.assert_array_equal(got, np.array([[1.0, 10.0, 3.0]], np.float32))
+
+
+def test_a_tile_in_an_if_is_refused():
+    # nki.errors err_ambiguous_tensor_truth_value: a view was always true, the branch silently taken
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        x = nl.load(a)
+        if x > 0.0:
+            x = nl.exp(x)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=x)
+        return out
+
+    with pytest.raises(NKIError, match=r"ambiguous tile truth value: <sbuf tensor t\d+ \[1, 2\] float32>"):
+        axon.nki.run(k, np.array([[-1.0, 2.0]], np.float32))
