@@ -14,6 +14,9 @@ import numpy as np
 from axon.errors import NKIError
 from axon.nki.context import maybe_active
 
+if TYPE_CHECKING:
+    from axon.nki.allocation import Allocation
+
 OPERATORS: dict[str, Callable[..., Any]] = {}
 
 
@@ -32,6 +35,7 @@ class ViewOperators:
     """What a `View` does in a kernel expression (`self.index` is the View's)."""
 
     if TYPE_CHECKING:  # View's, declared for the type checker only
+        alloc: Allocation
 
         def index(self, key: Any) -> Any: ...
 
@@ -142,7 +146,10 @@ class ViewOperators:
 
     def __bool__(self) -> bool:
         # `if t > 0:` is a compile-time error in NKI (nki.errors err_ambiguous_tensor_truth_value): a
-        # view was always true, so the kernel silently took the branch
+        # tile was always true, so the kernel silently took the branch; an HBM tensor stays true (an
+        # optional kernel argument tested with `if bias:`)
+        if self.alloc.kind == "hbm":
+            return True
         detail = f"{self!r} has no single truth value (`if t > 0:`); select elementwise with nl.where"
         m = maybe_active()
         raise m.fail("ambiguous tile truth value", detail) if m is not None else NKIError(detail)

@@ -214,3 +214,18 @@ def test_a_tile_in_an_if_is_refused():
 
     with pytest.raises(NKIError, match=r"ambiguous tile truth value: <sbuf tensor t\d+ \[1, 2\] float32>"):
         axon.nki.run(k, np.array([[-1.0, 2.0]], np.float32))
+
+
+def test_an_hbm_tensor_argument_is_still_true():
+    def k(a, bias=None):
+        import neuronxcc.nki.language as nl
+
+        x = nl.load(a)
+        if bias:  # an optional argument, not a computed tile
+            x = nl.add(x, nl.load(bias))
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=x)
+        return out
+
+    ones = np.ones((1, 2), np.float32)
+    np.testing.assert_array_equal(axon.nki.run(k, ones, ones), 2 * ones)
