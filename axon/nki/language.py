@@ -255,7 +255,7 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
         diff = I.tensor_tensor(None, x, y, "subtract", dtype=float32)
     else:
         diff = I.tensor_scalar(None, x, "subtract", y, dtype=float32)
-    sel = I.tensor_tensor(None, diff, condition, "multiply", dtype=float32)
+    sel = _binary("multiply", diff, condition, dtype=float32)  # a [P, 1] condition broadcasts as in nl.multiply
     if isinstance(y, View):
         out = I.tensor_tensor(None, sel, y, "add", dtype=dtype or promoted_dtype(x.dtype, y.dtype), mask=mask)
     else:

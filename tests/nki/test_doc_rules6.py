@@ -229,3 +229,19 @@ def test_an_hbm_tensor_argument_is_still_true():
 
     ones = np.ones((1, 2), np.float32)
     np.testing.assert_array_equal(axon.nki.run(k, ones, ones), 2 * ones)
+
+
+def test_where_with_one_condition_per_partition():
+    # nl.where is "similar to numpy.where": a [P, 1] condition selects whole rows (refused before as a
+    # tensor_tensor shape mismatch)
+    def k(c, a):
+        import neuronxcc.nki.language as nl
+
+        t = nl.where(nl.load(c), nl.load(a), 0.0)
+        out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) + 1
+    got = axon.nki.run(k, np.array([[1.0], [0.0]], np.float32), x)
+    np.testing.assert_array_equal(got, np.where(np.array([[True], [False]]), x, 0.0))
