@@ -42,6 +42,10 @@ class ViewOperators:
         @property
         def dtype(self) -> Any: ...
 
+    # a NumPy scalar on the left (`np.int8(2) * t`, the reference's way to type a scalar) defers to the
+    # view's reflected operator instead of iterating the view as an array
+    __array_ufunc__ = None
+
     def __getitem__(self, key: Any) -> Any:
         return self.index(key)
 

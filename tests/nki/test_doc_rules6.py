@@ -245,3 +245,20 @@ def test_where_with_one_condition_per_partition():
     x = np.arange(8, dtype=np.float32).reshape(2, 4) + 1
     got = axon.nki.run(k, np.array([[1.0], [0.0]], np.float32), x)
     np.testing.assert_array_equal(got, np.where(np.array([[True], [False]]), x, 0.0))
+
+
+def test_a_typed_numpy_scalar_on_the_left():
+    # "explicitly set the datatype of the scalar, like np.int8(2)" (NKI Type Promotion): np.int8(2) * t
+    # iterated the tile as an array and failed ("NKI tensors cannot be iterated")
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        x = nl.load(a)
+        t = np.int8(2) * x
+        out = nl.ndarray(a.shape, t.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    got = axon.nki.run(k, np.array([[1, -3, 5]], np.int8))
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, np.array([[2, -6, 10]], np.int8))
