@@ -23,6 +23,28 @@ NOT_EMULATED = (
 ).split()
 
 
+class TileSize:
+    """`nl.tile_size`: the partition count and the PSUM bank (in fp32 elements) of the running
+    kernel's hardware file (trn1's outside a kernel); the other sizes are the reference's constants."""
+
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    total_available_sbuf_size = 192 * 1024
+
+    @property
+    def pmax(self) -> int:
+        m = maybe_active()
+        return 128 if m is None else m.hw.memory.partitions
+
+    psum_partition_max = pmax
+
+    @property
+    def psum_fmax(self) -> int:
+        m = maybe_active()
+        return 512 if m is None else m.hw.memory.psum_bank_bytes // 4
+
+
 # ---- tensors -----------------------------------------------------------------------------------
 
 

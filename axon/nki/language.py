@@ -9,7 +9,6 @@ generations share this module; what differs between them lives in `legacy_isa.py
 from __future__ import annotations
 
 import builtins
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -46,6 +45,7 @@ from axon.nki.dtypes import (
 from axon.nki.indexing import DynSlice, IndexExpr, Predicate, arange, ds, mgrid
 from axon.nki.lang_tensors import (
     NOT_EMULATED,
+    TileSize,
     _buffer_kind,
     _mask,
     _range,
@@ -78,15 +78,7 @@ from axon.nki.memory import View
 from axon.nki.view_ops import OPERATORS
 from axon.target.isa import ALU, NUMPY_FP32
 
-tile_size = SimpleNamespace(
-    pmax=128,
-    psum_fmax=512,
-    gemm_stationary_fmax=128,
-    gemm_moving_fmax=512,
-    bn_stats_fmax=512,
-    psum_partition_max=128,
-    total_available_sbuf_size=192 * 1024,
-)
+tile_size = TileSize()
 
 
 # ---- tile-level math ---------------------------------------------------------------------------

@@ -262,3 +262,26 @@ def test_a_typed_numpy_scalar_on_the_left():
     got = axon.nki.run(k, np.array([[1, -3, 5]], np.int8))
     assert got.dtype == np.int8
     np.testing.assert_array_equal(got, np.array([[2, -6, 10]], np.int8))
+
+
+def test_tile_size_pmax_is_the_hardware_files_partition_count():
+    # nl.tile_size.pmax was a fixed 128: on a 64-partition NeuronCore a kernel tiling by it was refused
+    import dataclasses
+
+    from axon.target.hardware import DEFAULT_HW, load_hw
+
+    hw = load_hw(DEFAULT_HW)
+    narrow = dataclasses.replace(hw, memory=dataclasses.replace(hw.memory, partitions=64))
+
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        pmax = nl.tile_size.pmax
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // pmax):
+            nl.store(out[i * pmax : (i + 1) * pmax, :], value=nl.exp(nl.load(a[i * pmax : (i + 1) * pmax, :])))
+        return out
+
+    x = np.zeros((128, 4), np.float32)
+    np.testing.assert_array_equal(axon.nki.run(k, x, hw=narrow), np.ones((128, 4), np.float32))
+    np.testing.assert_array_equal(axon.nki.run(k, x), np.ones((128, 4), np.float32))
