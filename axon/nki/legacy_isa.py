@@ -12,7 +12,7 @@ from typing import Any
 
 from axon.nki import instructions as I
 from axon.nki.context import active, get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
-from axon.nki.dtypes import as_dtype
+from axon.nki.dtypes import as_dtype, stored
 from axon.nki.indexing import IndexExpr, Predicate
 from axon.nki.instructions import (
     engine,
@@ -88,7 +88,7 @@ def assign(dst: View, value: Any) -> None:
         dst = _fit(dst, box)
         m.check_operand(ins.opcode, "dst", dst, ins.engine, (m.file, ins.line))
         if m.execute:
-            dst.alloc.data[dst.np_index()] = value.alloc.data[box.np_index()]  # type: ignore[index]
+            dst.alloc.data[dst.np_index()] = stored(value.alloc.data[box.np_index()], dst.alloc.dtype)  # type: ignore[index]
         m.retarget_last(value, dst, accumulate=False)
         return
     I.tensor_copy(dst, value)

@@ -285,3 +285,18 @@ def test_tile_size_pmax_is_the_hardware_files_partition_count():
     x = np.zeros((128, 4), np.float32)
     np.testing.assert_array_equal(axon.nki.run(k, x, hw=narrow), np.ones((128, 4), np.float32))
     np.testing.assert_array_equal(axon.nki.run(k, x), np.ones((128, 4), np.float32))
+
+
+def test_an_instruction_assigned_to_a_tfloat32_tile_is_rounded():
+    # t[...] = nl.exp(x) redirects the activation to t: its fp32 result was copied in unrounded
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        t = nl.ndarray(a.shape, nl.tfloat32)
+        t[...] = nl.multiply(nl.load(a), 1.0)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    got = axon.nki.run(k, np.array([[1 + 2**-12, 1000.3]], np.float32))
+    np.testing.assert_array_equal(got, np.array([[1.0, 1000.5]], np.float32))
