@@ -37,6 +37,7 @@ from axon.nki.dtypes import (
     sbuf,
     scalar_dtype,
     shared_hbm,
+    stored,
     tfloat32,
     uint8,
     uint16,
@@ -256,7 +257,7 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
         # A select, exactly: y + c * (x - y) rounds in fp32, and the result is x or y itself.
         w = out.alloc.last_write
         box = out if w is None else View(out.alloc, w.starts, w.steps, w.sizes, w.kept)
-        pick = np.where(I._val(condition) != 0, I._val(x), I._val(y))
+        pick = stored(np.where(I._val(condition) != 0, I._val(x), I._val(y)), box.alloc.dtype)
         assert box.alloc.data is not None  # execute mode holds data
         box.alloc.data[box.np_index()] = (
             pick.reshape(box.shape)

@@ -300,3 +300,16 @@ def test_an_instruction_assigned_to_a_tfloat32_tile_is_rounded():
 
     got = axon.nki.run(k, np.array([[1 + 2**-12, 1000.3]], np.float32))
     np.testing.assert_array_equal(got, np.array([[1.0, 1000.5]], np.float32))
+
+
+def test_where_into_tfloat32_is_rounded():
+    def k(c, a):
+        import neuronxcc.nki.language as nl
+
+        t = nl.where(nl.load(c), nl.load(a), 0.0, dtype=nl.tfloat32)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    got = axon.nki.run(k, np.ones((1, 2), np.float32), np.array([[1 + 2**-12, 1000.3]], np.float32))
+    np.testing.assert_array_equal(got, np.array([[1.0, 1000.5]], np.float32))
