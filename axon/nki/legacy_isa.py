@@ -62,12 +62,24 @@ def _per_partition(value: View, dst: View) -> bool:
     )
 
 
+def _check_fits(dst: View, value: View, op: str) -> None:
+    """A value tile smaller than `dst` (not one per partition): NumPy refuses the assignment, and so
+    does this; it used to land silently in dst's corner, the rest of dst left as it was."""
+    if value.shape != dst.shape and _fit(dst, value) is not dst:
+        raise active().fail(
+            "shape mismatch",
+            f"{dst!r} {op} a {list(value.shape)} tile: the shapes differ (slice dst to the value's shape, or "
+            "broadcast_to the value)",
+        )
+
+
 def assign(dst: View, value: Any) -> None:
     """`dst[...] = value`."""
     m = active()
     if isinstance(value, View) and _per_partition(value, dst):
         value = OPERATORS["broadcast"](value, dst.shape)
     if isinstance(value, View):
+        _check_fits(dst, value, "[...] =")
         dst = _fit(dst, value)
     if not isinstance(value, View):
         I.memset(dst, value)
@@ -101,6 +113,7 @@ def accumulate(dst: View, value: Any, fn: str) -> View:
         I.tensor_scalar(dst, dst, fn, value)
         return dst
     if isinstance(value, View):
+        _check_fits(dst, value, {"add": "+=", "subtract": "-="}.get(fn, "*="))
         whole, dst = dst, _fit(dst, value)
         ins = _fresh(value)
         if (

@@ -2,6 +2,8 @@
 the C/Python operator &", nl.invert "~"), slices past a tile's end, the hardware file's partition
 count in the partition-limit error, tfloat32 storage."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -313,3 +315,26 @@ def test_where_into_tfloat32_is_rounded():
 
     got = axon.nki.run(k, np.ones((1, 2), np.float32), np.array([[1 + 2**-12, 1000.3]], np.float32))
     np.testing.assert_array_equal(got, np.array([[1.0, 1000.5]], np.float32))
+
+
+@pytest.mark.parametrize(("op", "shape"), [("=", (2, 4)), ("+=", (2, 4)), ("=", (1, 8)), ("-=", (4, 6))])
+def test_a_smaller_tile_is_not_written_into_a_corner(op, shape):
+    # s[...] = t with t smaller than s wrote t into s's corner and left the rest: NumPy refuses it
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        s = nl.zeros((4, 8), nl.float32)
+        t = nl.load(a)
+        if op == "=":
+            s[...] = t
+        elif op == "+=":
+            s += t
+        else:
+            s -= t
+        out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=s)
+        return out
+
+    want = re.escape(f"a {list(shape)} tile")
+    with pytest.raises(NKIError, match=rf"shape mismatch: <sbuf tensor t\d+ \[4, 8\] float32> .* {want}"):
+        axon.nki.run(k, np.ones(shape, np.float32))
