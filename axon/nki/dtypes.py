@@ -16,7 +16,10 @@ from axon.errors import NKIError
 float32 = np.dtype(np.float32)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float16 = np.dtype(np.float16)
-tfloat32 = float32  # tf32 is a TensorE input mode; its storage is fp32
+# tf32 (1S,8E,10M, "Supported Data Types") is stored in fp32's 4 bytes and compares equal to it (the
+# metadata is ignored by ==, and the name stays float32 in the trace); a value written to a tile of
+# it is rounded to its 10-bit mantissa (`stored`)
+tfloat32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
 float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 # no infinities, NaN only at S.1111.111, so up to 448 (nki.language.float8_e4m3fn, Neuron 2.29+)
@@ -58,6 +61,16 @@ def as_dtype(dtype: Any) -> np.dtype:
         raise NKIError(f"unknown dtype {dtype!r}") from None
 
 
+def stored(value: Any, dtype: np.dtype) -> Any:
+    """`value` as a tile of `dtype` holds it: for tfloat32, fp32 rounded to nearest even at the
+    10-bit mantissa; other dtypes round (or wrap) in the assignment itself."""
+    if dtype.metadata is None:
+        return value
+    bits = np.array(value, dtype=np.float32).view(np.uint32)
+    bits = (bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    return np.where(np.isnan(np.asarray(value, np.float32)), np.float32(np.nan), bits.view(np.float32))
+
+
 def dtype_name(dtype: np.dtype) -> str:
     return dtype.name
 
@@ -71,7 +84,7 @@ def promoted_dtype(a: Any, b: Any) -> np.dtype:
     that would be 64-bit (int32 and uint32)."""
     da, db = as_dtype(a), as_dtype(b)
     if da == db:
-        return da
+        return da if da.metadata == db.metadata else float32  # tfloat32 and float32: float32
     da, db = (uint8 if d == bool_ else d for d in (da, db))
     fa, fb = (not np.issubdtype(d, np.integer) for d in (da, db))
     if fa != fb:

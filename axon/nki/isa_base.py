@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from axon.nki.context import AutoEngine, active
-from axon.nki.dtypes import as_dtype
+from axon.nki.dtypes import as_dtype, stored
 from axon.nki.indexing import Predicate
 from axon.nki.machine import Machine
 from axon.nki.memory import View
@@ -103,7 +103,10 @@ def _bitvec(m: Machine, opcode: str, ops: tuple[str, ...], eng: str, views: list
     for v in views:
         if isinstance(v, View) and not np.issubdtype(v.dtype, np.integer):
             raise m.fail(
-                "bitvec operator dtype", f"{opcode} with {bits[0]} takes integer tiles, {v!r} is {v.dtype}", site
+                "bitvec operator dtype",
+                f"{opcode} with {bits[0]} takes integer tiles, {v!r} is {v.dtype} (a comparison writes 1/0 in "
+                "its operands' dtype: give it dtype=nl.uint8 to combine it with &, |, ^ or ~)",
+                site,
             )
     return True
 
@@ -134,7 +137,8 @@ def _write(m: Machine, dst: View, value: Any, opcode: str, site: tuple[str, int]
             raise m.fail(
                 "shape mismatch", f"{opcode} produces {list(value.shape)} but dst is {list(dst.shape)}", site
             ) from None
-    dst.alloc.data[dst.np_index()] = value  # type: ignore[index]  # NumPy/ml_dtypes round to nearest even
+    # NumPy/ml_dtypes round to nearest even; tfloat32 is rounded by `stored`
+    dst.alloc.data[dst.np_index()] = stored(value, dst.alloc.dtype)  # type: ignore[index]
 
 
 def _new(m: Machine, shape: tuple[int, ...], dtype: Any, kind: str = "sbuf") -> View:

@@ -10,7 +10,7 @@ import numpy as np
 
 from axon.nki import instructions as I
 from axon.nki.context import active, kernel_site, maybe_active
-from axon.nki.dtypes import Buffer, as_dtype, par_dim, shared_hbm, uint8
+from axon.nki.dtypes import Buffer, as_dtype, par_dim, shared_hbm, stored, uint8
 from axon.nki.indexing import Predicate
 from axon.nki.memory import View
 
@@ -21,6 +21,28 @@ NOT_EMULATED = (
     "gelu_apprx_sigmoid_dx silu_dx mish softplus dropout rms_norm all logical_and logical_or logical_xor "
     "logical_not expand_dims gather_flattened atomic_rmw rand random_seed"
 ).split()
+
+
+class TileSize:
+    """`nl.tile_size`: the partition count and the PSUM bank (in fp32 elements) of the running
+    kernel's hardware file (trn1's outside a kernel); the other sizes are the reference's constants."""
+
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    total_available_sbuf_size = 192 * 1024
+
+    @property
+    def pmax(self) -> int:
+        m = maybe_active()
+        return 128 if m is None else m.hw.memory.partitions
+
+    psum_partition_max = pmax
+
+    @property
+    def psum_fmax(self) -> int:
+        m = maybe_active()
+        return 512 if m is None else m.hw.memory.psum_bank_bytes // 4
 
 
 # ---- tensors -----------------------------------------------------------------------------------
@@ -62,7 +84,7 @@ def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str 
         # block where it is first used (lazily), so the blocks are not all live from here: either
         # way the values are there from the start and no on-chip instruction is traced.
         if active().execute:
-            t.alloc.data[...] = fill_value  # type: ignore[index]
+            t.alloc.data[...] = stored(fill_value, t.alloc.dtype)  # type: ignore[index]
             t.alloc.written[...] = True  # type: ignore[index]
         t.alloc.ever_written = True
         return t
@@ -97,7 +119,7 @@ def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
     t = ndarray(arr.shape, dt, shared_hbm, "constant")
     m = active()
     if m.execute:
-        t.alloc.data[...] = arr.astype(dt)  # type: ignore[index]
+        t.alloc.data[...] = stored(arr.astype(dt), dt)  # type: ignore[index]
         t.alloc.written[...] = True  # type: ignore[index]
     t.alloc.ever_written = True
     return t

@@ -9,7 +9,6 @@ generations share this module; what differs between them lives in `legacy_isa.py
 from __future__ import annotations
 
 import builtins
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ from axon.nki.dtypes import (
     sbuf,
     scalar_dtype,
     shared_hbm,
+    stored,
     tfloat32,
     uint8,
     uint16,
@@ -46,6 +46,7 @@ from axon.nki.dtypes import (
 from axon.nki.indexing import DynSlice, IndexExpr, Predicate, arange, ds, mgrid
 from axon.nki.lang_tensors import (
     NOT_EMULATED,
+    TileSize,
     _buffer_kind,
     _mask,
     _range,
@@ -78,15 +79,7 @@ from axon.nki.memory import View
 from axon.nki.view_ops import OPERATORS
 from axon.target.isa import ALU, NUMPY_FP32
 
-tile_size = SimpleNamespace(
-    pmax=128,
-    psum_fmax=512,
-    gemm_stationary_fmax=128,
-    gemm_moving_fmax=512,
-    bn_stats_fmax=512,
-    psum_partition_max=128,
-    total_available_sbuf_size=192 * 1024,
-)
+tile_size = TileSize()
 
 
 # ---- tile-level math ---------------------------------------------------------------------------
@@ -246,7 +239,8 @@ def matmul(x: View, y: View, transpose_x: bool = False, mask: Predicate | None =
 
 def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
     """condition ? x : y as three VectorE instructions: y + condition * (x - y); y is a tile or a
-    number (a tensor_scalar then)."""
+    number (a tensor_scalar then). Without dtype=, the promoted dtype of the input tiles x and y
+    ("whichever input type has the highest precision", nki.language.where)."""
     m = active()
     if not isinstance(x, View):
         raise m.fail("nl.where", "x of nl.where must be a tile (y may be a tile or a number)")
@@ -254,15 +248,16 @@ def where(condition: View, x: Any, y: Any, dtype: Any = None, mask: Predicate | 
         diff = I.tensor_tensor(None, x, y, "subtract", dtype=float32)
     else:
         diff = I.tensor_scalar(None, x, "subtract", y, dtype=float32)
-    sel = I.tensor_tensor(None, diff, condition, "multiply", dtype=float32)
+    sel = _binary("multiply", diff, condition, dtype=float32)  # a [P, 1] condition broadcasts as in nl.multiply
     if isinstance(y, View):
-        out = I.tensor_tensor(None, sel, y, "add", dtype=dtype or x.dtype, mask=mask)
+        out = I.tensor_tensor(None, sel, y, "add", dtype=dtype or promoted_dtype(x.dtype, y.dtype), mask=mask)
     else:
         out = I.tensor_scalar(None, sel, "add", y, dtype=dtype or x.dtype, mask=mask)
     if m.execute:
         # A select, exactly: y + c * (x - y) rounds in fp32, and the result is x or y itself.
-        box = out if out.alloc.last_write is None else View(out.alloc, *_box(out.alloc.last_write))
-        pick = np.where(I._val(condition) != 0, I._val(x), I._val(y))
+        w = out.alloc.last_write
+        box = out if w is None else View(out.alloc, w.starts, w.steps, w.sizes, w.kept)
+        pick = stored(np.where(I._val(condition) != 0, I._val(x), I._val(y)), box.alloc.dtype)
         assert box.alloc.data is not None  # execute mode holds data
         box.alloc.data[box.np_index()] = (
             pick.reshape(box.shape)
@@ -290,10 +285,6 @@ def softmax(
     I.activation(e, "exp", x, bias=neg_max, reduce_res=total)
     inv = I.reciprocal(None, total, dtype=float32)
     return I.tensor_scalar(None, e, "multiply", inv, dtype=dtype or compute_dtype or x.dtype)
-
-
-def _box(v: View) -> tuple[Any, ...]:
-    return v.starts, v.steps, v.sizes, v.kept
 
 
 def loop_reduce(
@@ -396,5 +387,6 @@ def __getattr__(name: str) -> Any:
 
 
 # the operators of views in kernel expressions (`a * b`, `x ** 2`, `t.broadcast_to(shape)`)
-OPERATORS.update(add=add, subtract=subtract, multiply=multiply, divide=divide, power=power, broadcast=_broadcast)
-OPERATORS.update(greater=greater, greater_equal=greater_equal, less=less, less_equal=less_equal)
+_VIEW_OPS: tuple[Any, ...] = (add, subtract, multiply, divide, power, greater, greater_equal, less, less_equal, invert)
+_VIEW_OPS += (equal, not_equal, bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift)
+OPERATORS.update({op.isa_name: op for op in _VIEW_OPS}, broadcast=_broadcast)

@@ -12,7 +12,7 @@ from typing import Any
 
 from axon.nki import instructions as I
 from axon.nki.context import active, get_nc_version, nc_version  # noqa: F401  (issue 24: emulator side)
-from axon.nki.dtypes import as_dtype
+from axon.nki.dtypes import as_dtype, stored
 from axon.nki.indexing import IndexExpr, Predicate
 from axon.nki.instructions import (
     engine,
@@ -50,10 +50,36 @@ def _fit(dst: View, value: View) -> View:
     return dst.index(tuple(slice(0, v) for v in value.shape))
 
 
+def _per_partition(value: View, dst: View) -> bool:
+    """`value` holds one value per partition of the on-chip tile `dst` ([P, 1] against [P, F]): it
+    broadcasts along the free axes, as in nl.add(dst, value), instead of landing in dst's corner."""
+    return (
+        value.shape != dst.shape
+        and len(value.shape) == len(dst.shape) >= 2
+        and value.shape[0] == dst.shape[0]
+        and all(s == 1 for s in value.shape[1:])
+        and "hbm" not in (value.alloc.kind, dst.alloc.kind)
+    )
+
+
+def _check_fits(dst: View, value: View, op: str) -> None:
+    """A value tile smaller than `dst` (not one per partition): NumPy refuses the assignment, and so
+    does this; it used to land silently in dst's corner, the rest of dst left as it was."""
+    if value.shape != dst.shape and _fit(dst, value) is not dst:
+        raise active().fail(
+            "shape mismatch",
+            f"{dst!r} {op} a {list(value.shape)} tile: the shapes differ (slice dst to the value's shape, or "
+            "broadcast_to the value)",
+        )
+
+
 def assign(dst: View, value: Any) -> None:
     """`dst[...] = value`."""
     m = active()
+    if isinstance(value, View) and _per_partition(value, dst):
+        value = OPERATORS["broadcast"](value, dst.shape)
     if isinstance(value, View):
+        _check_fits(dst, value, "[...] =")
         dst = _fit(dst, value)
     if not isinstance(value, View):
         I.memset(dst, value)
@@ -74,7 +100,7 @@ def assign(dst: View, value: Any) -> None:
         dst = _fit(dst, box)
         m.check_operand(ins.opcode, "dst", dst, ins.engine, (m.file, ins.line))
         if m.execute:
-            dst.alloc.data[dst.np_index()] = value.alloc.data[box.np_index()]  # type: ignore[index]
+            dst.alloc.data[dst.np_index()] = stored(value.alloc.data[box.np_index()], dst.alloc.dtype)  # type: ignore[index]
         m.retarget_last(value, dst, accumulate=False)
         return
     I.tensor_copy(dst, value)
@@ -83,7 +109,11 @@ def assign(dst: View, value: Any) -> None:
 def accumulate(dst: View, value: Any, fn: str) -> View:
     """`dst += value` (also -=, *=): PSUM accumulation for a fresh matmul, else one VectorE op."""
     m = active()
+    if isinstance(value, View) and _per_partition(value, dst):
+        I.tensor_scalar(dst, dst, fn, value)
+        return dst
     if isinstance(value, View):
+        _check_fits(dst, value, {"add": "+=", "subtract": "-="}.get(fn, "*="))
         whole, dst = dst, _fit(dst, value)
         ins = _fresh(value)
         if (

@@ -72,7 +72,7 @@ class MachineMemory:
             pmax = self.hw.memory.partitions
             if shape[par_axis] > pmax:  # type: ignore[index]
                 raise self.fail(
-                    "partition axis > 128",
+                    f"partition axis > {pmax}",
                     f"tile shape {list(shape)} puts {shape[par_axis]} "  # type: ignore[index]
                     f"on the partition axis (at most {pmax} partitions)",
                     site,

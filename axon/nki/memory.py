@@ -233,6 +233,11 @@ class View(ViewOperators, ViewAliases):
                 starts[a] += steps[a] * k
                 sizes[a] = 1
             elif isinstance(k, slice):
+                if not _slice_within(k, sizes[a]):
+                    raise _index_error(
+                        f"slice {_slice_text(k)} of axis {d} of {self!r} is past its end (axis {d} holds "
+                        f"{sizes[a]} elements, indices 0 to {sizes[a] - 1}); NKI does not clip slices"
+                    )
                 lo, hi, st = k.indices(sizes[a])
                 if st <= 0:
                     raise _index_error("negative slice steps are not supported on NKI tensors")
@@ -305,6 +310,8 @@ class View(ViewOperators, ViewAliases):
             a = axes[d]
             k = key[d]
             if type(k) is slice:
+                if not _slice_within(k, sizes[a]):
+                    return None
                 lo, hi, st = k.indices(sizes[a])
                 if st == 1:
                     size = hi - lo if hi > lo else 0
@@ -340,3 +347,14 @@ class View(ViewOperators, ViewAliases):
         out.shape = tuple(shape)
         out.maybe_oob = self.maybe_oob
         return out
+
+
+def _slice_within(k: slice, n: int) -> bool:
+    """Whether the bounds of slice `k` lie within an axis of `n` elements (negative ones count from
+    its end, as in NumPy), so that NumPy's clipping would change nothing."""
+    return all(b is None or -n <= b <= n for b in (k.start, k.stop))
+
+
+def _slice_text(k: slice) -> str:
+    text = f"{'' if k.start is None else k.start}:{'' if k.stop is None else k.stop}"
+    return text if k.step is None else f"{text}:{k.step}"

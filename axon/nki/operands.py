@@ -120,7 +120,11 @@ class MachineOperands:
         if rule.max_partitions is not None:
             limit = limits.get(rule.max_partitions) or self.limit(rule.max_partitions)
             if (1 if pa is None else v.sizes[pa]) > limit:
-                raise self.fail("partition axis > 128", f"{opcode} {role} spans {v.partitions} partitions", site)
+                raise self.fail(
+                    f"partition axis > {limit}",
+                    f"{opcode} {role} spans {v.partitions} partitions (at most {limit})",
+                    site,
+                )
         if rule.max_free is not None:
             limit = limits.get(rule.max_free) or self.limit(rule.max_free)
             sizes = v.sizes

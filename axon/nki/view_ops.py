@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from axon.errors import NKIError
+from axon.nki.context import maybe_active
+
+if TYPE_CHECKING:
+    from axon.nki.allocation import Allocation
 
 OPERATORS: dict[str, Callable[..., Any]] = {}
 
@@ -21,15 +27,24 @@ def _operator(name: str) -> Callable[..., Any]:
     return op
 
 
+def _is_number(o: object) -> bool:
+    return isinstance(o, int | float | np.number) and not isinstance(o, bool | np.bool_)
+
+
 class ViewOperators:
     """What a `View` does in a kernel expression (`self.index` is the View's)."""
 
     if TYPE_CHECKING:  # View's, declared for the type checker only
+        alloc: Allocation
 
         def index(self, key: Any) -> Any: ...
 
         @property
         def dtype(self) -> Any: ...
+
+    # a NumPy scalar on the left (`np.int8(2) * t`, the reference's way to type a scalar) defers to the
+    # view's reflected operator instead of iterating the view as an array
+    __array_ufunc__ = None
 
     def __getitem__(self, key: Any) -> Any:
         return self.index(key)
@@ -77,8 +92,20 @@ class ViewOperators:
     def __pow__(self, o: Any) -> Any:
         return self._bin(o, "power")
 
+    def __rpow__(self, o: Any) -> Any:
+        return self._bin(o, "power", True)
+
     # comparisons give 1.0/0.0 tiles (nki.errors err_ambiguous_tensor_truth_value writes `a_tile > 0`);
-    # == and != stay Python's: views are dictionary keys
+    # == and != too (nl.equal, nl.not_equal: `t == 1.0` was Python's False, a silent 0); views stay
+    # dictionary keys by identity (the emulator never compares two views with ==)
+    __hash__ = object.__hash__
+
+    def __eq__(self, o: object) -> Any:
+        return self._bin(o, "equal") if _is_number(o) or isinstance(o, ViewOperators) else NotImplemented
+
+    def __ne__(self, o: object) -> Any:
+        return self._bin(o, "not_equal") if _is_number(o) or isinstance(o, ViewOperators) else NotImplemented
+
     def __gt__(self, o: Any) -> Any:
         return self._bin(o, "greater")
 
@@ -90,6 +117,46 @@ class ViewOperators:
 
     def __le__(self, o: Any) -> Any:
         return self._bin(o, "less_equal")
+
+    # bitwise operators are nl.bitwise_and & co. on integer tiles ("This function implements the
+    # C/Python operator &", nki.language.bitwise_and; `~` is nl.invert): a comparison's 1/0 tile
+    # takes them when compared with dtype=nl.uint8
+    def __and__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_and")
+
+    def __rand__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_and", True)
+
+    def __or__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_or")
+
+    def __ror__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_or", True)
+
+    def __xor__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_xor")
+
+    def __rxor__(self, o: Any) -> Any:
+        return self._bin(o, "bitwise_xor", True)
+
+    def __lshift__(self, o: Any) -> Any:
+        return self._bin(o, "left_shift")
+
+    def __rshift__(self, o: Any) -> Any:
+        return self._bin(o, "right_shift")
+
+    def __invert__(self) -> Any:
+        return _operator("invert")(self)
+
+    def __bool__(self) -> bool:
+        # `if t > 0:` is a compile-time error in NKI (nki.errors err_ambiguous_tensor_truth_value): a
+        # tile was always true, so the kernel silently took the branch; an HBM tensor stays true (an
+        # optional kernel argument tested with `if bias:`)
+        if self.alloc.kind == "hbm":
+            return True
+        detail = f"{self!r} has no single truth value (`if t > 0:`); select elementwise with nl.where"
+        m = maybe_active()
+        raise m.fail("ambiguous tile truth value", detail) if m is not None else NKIError(detail)
 
     def __neg__(self) -> Any:  # keeps the tile's dtype: -1.0 here is no operand of the kernel's
         return _operator("multiply")(self, -1.0, dtype=self.dtype)
