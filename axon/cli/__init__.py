@@ -22,7 +22,7 @@ from axon.cli.nki import nki
 from axon.cli.profile import profile
 from axon.cli.track import runs, ui
 from axon.cli.tune import sweep, tune
-from axon.cli.variants import variants
+from axon.cli.variants import variants, verify
 from axon.errors import AxonError, storage_failure
 from axon.ir import evaluate, flops, min_bytes, random_inputs
 from axon.search.guards import check_evaluate
@@ -108,6 +108,7 @@ cli.add_command(tune)
 cli.add_command(sweep)
 cli.add_command(worker)
 cli.add_command(variants)
+cli.add_command(verify)
 cli.add_command(nki)
 nki.add_command(profile)
 cli.add_command(ui)

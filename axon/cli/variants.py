@@ -4,15 +4,18 @@ them `axon tune` offers (numbered as tune numbers them) or rejects for floating 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from axon.cli.common import shape_option_with
-from axon.errors import AxonError
+from axon.errors import AxonError, SpecError
 from axon.ir import KERNEL_DTYPES
 from axon.ir.trace import bind_dims
 from axon.options import parse_shape_option
+from axon.search import provenance
 from axon.search.api import TUNING_EXCLUDED_MOVES, verified_variants, workload_graph
 from axon.search.problem import LoweredProblem
 from axon.search.request import TuneRequest
@@ -112,3 +115,22 @@ def _tune_numbering(
     why_not = {h: f"the lowering cannot express it: {reason}" for h, reason in problem.skipped}
     why_not.update({r.variant.hash: f"floating point: {r.reason}" for r in rejected})
     return numbers, why_not, rejected, ""
+
+
+@click.command()
+@click.argument("kernel_file", type=click.Path(dir_okay=False))
+def verify(kernel_file: str) -> None:
+    """Check a kernel file `axon tune` wrote again, from what it says about itself: trace its spec,
+    prove its variant's moves again with Z3, lower its point again (the code must be the file's,
+    byte for byte) and run it in the emulator against the float64 reference, on random and
+    adversarial inputs. Exit 0 when all of that holds, 1 when something does not."""
+    if not Path(kernel_file).expanduser().is_file():
+        raise SpecError(f"{kernel_file}: no such kernel file")
+    verdict = provenance.verify(kernel_file)
+    for line in verdict.lines:
+        click.echo(line)
+    for failure in verdict.failures:
+        click.echo(f"FAILED: {failure}")
+    click.echo(f"{kernel_file}: {'verified' if verdict.ok else 'does NOT verify'}")
+    if not verdict.ok:
+        sys.exit(1)

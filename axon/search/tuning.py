@@ -25,7 +25,6 @@ from axon.errors import AxonError
 from axon.forked import Ahead, workers
 from axon.gcpause import gc_frozen
 from axon.ir import flops, min_bytes
-from axon.lower.emit import with_shape_guard
 from axon.measure.events import Callback, OnTrial, TrialLog
 from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
@@ -33,6 +32,7 @@ from axon.search.baselines import baseline_latency, baselines_ahead, expert_late
 from axon.search.checks import adversarial_check, numerics_check
 from axon.search.guards import kernel_out_path, preflight, trace_instructions, write_kernel_file
 from axon.search.problem import LoweredProblem
+from axon.search.provenance import delivered
 from axon.search.report import TuneReport
 from axon.search.request import TuneRequest
 from axon.search.storage import journal_storage, load_cost_model
@@ -191,7 +191,7 @@ def _tune(
         cand = problem.build(point)
         kernel_path = kernel_out_path(r.out, workdir, w.kernel_name, r.hw.name, cand.kernel_hash)
         kernel_path.parent.mkdir(parents=True, exist_ok=True)
-        write_kernel_file(kernel_path, with_shape_guard(cand.source, cand.kernel, cand.inputs))
+        write_kernel_file(kernel_path, delivered(cand, problem, point, r))
         return cand, numerics, adversarial, kernel_path
 
     def first_checked(ranked: Iterator[Any]) -> tuple[Any, tuple[Any, Any, Any, Path], tuple[str, ...]]:
@@ -324,7 +324,7 @@ def _tune(
                 log_tuning_artifacts(
                     run,
                     report,
-                    source=with_shape_guard(cand.source, cand.kernel, cand.inputs),  # the file written
+                    source=Path(report.kernel_path).read_text(),  # the file written
                     logs=result.trials,
                     proofs=[{"move": m.name, "proof": str(p)} for m, p in zip(variant.moves, variant.proofs)],
                     importance=booster.get_score(importance_type="gain") if booster is not None else None,

@@ -1,0 +1,77 @@
+"""`axon verify FILE`: a kernel file axon tune wrote is checked again from what it says about itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from axon.errors import SpecError
+from axon.search.api import TuneRequest, tune
+from axon.search.problem import LoweredProblem
+from axon.search.provenance import MARKER, delivered, verify
+from axon.search.variants import verified_variants, workload_graph
+from axon.target import load_hw
+from axon.workloads import get
+from tests.conftest import refused
+
+
+def test_a_tuned_kernel_verifies_and_an_edited_or_damaged_one_does_not(tmp_path):
+    spec = tmp_path / "specs.py"
+    spec.write_text('import axon.spec as ax\n\n@ax.spec(x="M N", s="1 1")\ndef scale(x, s):\n    return x * s\n')
+    out = tmp_path / "k.py"
+    report = tune(
+        TuneRequest.make(
+            f"{spec}:scale", shape={"M": 256, "N": 512}, trials=2, workdir=tmp_path / "w", out=out, track=False
+        )
+    )
+    assert report.kernel_path == str(out)
+    verdict = verify(out)
+    assert verdict.ok, verdict
+    assert any(line.startswith("code: what Axon emits") for line in verdict.lines)
+    assert any(line.startswith("numerics: max rel err") for line in verdict.lines)
+    text = out.read_text()
+    # an edited kernel: the code is no longer what Axon emits for its variant and point
+    edited = tmp_path / "edited.py"
+    edited.write_text(text.replace("nl.multiply", "nl.add", 1))
+    assert "nl.multiply" in text and not verify(edited).ok
+    assert "not what Axon emits" in verify(edited).failures[0]
+    # a block that names another variant: not found again
+    info = json.loads(text.split(MARKER + "\n")[1].splitlines()[0][2:])
+    other = tmp_path / "other.py"
+    other.write_text(text.replace(info["variant"], "0" * len(info["variant"])))
+    assert "is not found again" in verify(other).failures[0]
+    damaged = tmp_path / "damaged.py"
+    damaged.write_text(text.replace('"point"', '"pint"'))
+    with pytest.raises(SpecError, match="damaged"):
+        verify(damaged)
+    refused("verify", str(spec), fragments=("not a kernel file axon tune wrote",))
+    refused("verify", str(tmp_path / "none.py"), fragments=("no such kernel file",))
+
+
+def test_each_move_of_the_kernels_variant_is_proved_again(tmp_path):
+    hw = load_hw("trn1")
+    graph = workload_graph(get("rmsnorm_matmul"), "small", "float32", None)
+    variants = verified_variants(graph)
+    problem = LoweredProblem("rmsnorm_matmul", graph, hw, variants, "float32")
+    index = next(i for i, v in enumerate(variants) if v.moves)
+    point = problem.default_point(index)
+    request = SimpleNamespace(workload="rmsnorm_matmul", preset="small", depth=4)
+    path = tmp_path / "k.py"
+    path.write_text(delivered(problem.build(point), problem, point, request))
+    assert f"# proved {variants[index].moves[0].name} (" in path.read_text()
+    verdict = verify(path)
+    assert verdict.ok, verdict
+    proved = [line for line in verdict.lines if line.startswith("proved again: ")]
+    assert [line.split()[2] for line in proved] == [m.name for m in variants[index].moves]
+    # the hardware file it names has changed since: refused, not checked against another machine
+    yaml = tmp_path / "my.yaml"
+    yaml.write_text(Path(hw.source).read_text().replace("name: trn1", "name: mine"))
+    mine = load_hw(str(yaml))
+    problem = LoweredProblem("rmsnorm_matmul", graph, mine, variants, "float32")
+    path.write_text(delivered(problem.build(point), problem, point, request))
+    yaml.write_text(yaml.read_text() + "\n# recalibrated\n")
+    with pytest.raises(SpecError, match="gone or has changed"):
+        verify(path)
