@@ -5,9 +5,9 @@ which exists only inside the emulator's loader: they are loaded by the tests, no
 `python -m axon.cli` runs the command when imported.
 """
 
-import gc
-
 import pytest
+
+from axon.gcpause import keep_frozen
 
 collect_ignore_glob = ["axon/lower/expert/[!_]*.py", "axon/cli/__main__.py", "tests/*/kernels/*.py"]
 
@@ -16,7 +16,7 @@ def pytest_runtest_setup(item):
     """The collector tests (`axon.gcpause`'s doctests and tests/search/test_gcpause.py) check the
     collector as a tune finds it in a fresh process: nothing frozen (see `pytest_runtest_teardown`)."""
     if item.path.name in ("gcpause.py", "test_gcpause.py"):
-        gc.unfreeze()
+        keep_frozen(False)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -30,8 +30,7 @@ def pytest_runtest_teardown(item, nextitem):
     walks only what the last test kept. Nothing in Axon depends on when the collector runs
     (`axon.gcpause`); a cycle among frozen objects that dies later is not collected (freed at exit)."""
     yield
-    gc.collect()
-    gc.freeze()
+    keep_frozen()  # gc.collect(), gc.freeze(), and axon's gc_frozen told so
 
 
 def pytest_collection_modifyitems(config, items):
