@@ -163,7 +163,10 @@ def _tune(
     meter = get_backend(r.backend, kernels, workers=n_workers)
     storage = journal_storage(workdir, r.storage)
     fp_rejected: list[Any] = []
-    variants = verified_variants(graph, r.depth, rejected=fp_rejected)
+    stopped: list[str] = []
+    variants = verified_variants(graph, r.depth, rejected=fp_rejected, stopped=stopped)
+    for why in stopped:  # the user waited for it without a word; the search covers what was proved by then
+        warn(callbacks, f"{why}: tuning the {len(variants)} variants found by then (a smaller spec proves faster)")
     problem = LoweredProblem(w.name, graph, r.hw, variants, r.dtype, workers=n_workers)
     # the baselines, measured by a forked child while the search runs (two workers); stopped if the run stops
     early = baselines_ahead(problem, meter, w.name, n_workers)

@@ -7,7 +7,7 @@ from typing import Any
 
 from axon.errors import AxonError
 from axon.ir import Graph
-from axon.synth import discover_variants
+from axon.synth import discover
 from axon.verify import Proof
 from axon.verify.floating import screen
 
@@ -26,12 +26,19 @@ def workload_graph(workload: Any, preset: str, dtype: str, shape: Mapping[str, i
 
 
 def verified_variants(
-    graph: Graph, depth: int = 4, max_variants: int = 24, rejected: list[Any] | None = None
+    graph: Graph,
+    depth: int = 4,
+    max_variants: int = 24,
+    rejected: list[Any] | None = None,
+    stopped: list[str] | None = None,
 ) -> list[Any]:
     """The graph's variants whose every move was proved and that pass the floating-point gate in the
     graph's dtype (`axon.verify.floating.screen`; the original first). Rejections are appended to
-    `rejected` when given."""
-    found = discover_variants(graph, max_depth=depth, max_variants=max_variants, exclude=TUNING_EXCLUDED_MOVES)
+    `rejected` when given, and to `stopped` why the search ended early when its time budget did."""
+    discovery = discover(graph, max_depth=depth, max_variants=max_variants, exclude=TUNING_EXCLUDED_MOVES)
+    found = discovery.variants
+    if stopped is not None and discovery.stopped and len(found) < max_variants:  # the cap is tune's own choice
+        stopped.append(f"variant discovery took {discovery.time_s:.0f} s and stopped at {discovery.stopped}")
     kept, dropped = screen(graph, [v for v in found if all(isinstance(p, Proof) for p in v.proofs)])
     if rejected is not None:
         rejected.extend(dropped)
