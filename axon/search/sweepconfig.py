@@ -150,7 +150,20 @@ def load_sweep(path: str | Path) -> SweepConfig:
         if not isinstance(shape, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in shape.items()
         ):  # a key YAML reads as a number (`1: 128`) reached the spec as a keyword: a TypeError traceback
-            raise SpecError(f"{file}: field {where}.shape must map dimension names to positive integers")
+            sizes = (
+                [k for k, v in shape.items() if isinstance(v, list) or ".." in str(v)]
+                if isinstance(shape, dict)
+                else []
+            )
+            raise SpecError(
+                f"{file}: field {where}.shape must map dimension names to positive integers"
+                + (  # `M: 128..384` or `M: [128, 256]`, as `axon tune --shape` takes them, said only this
+                    f" ({where}.shape.{sizes[0]} is a range or list: a sweep entry tunes one shape; give an "
+                    f"entry per shape, or tune the range with `axon tune --shape {sizes[0]}=LO..HI`)"
+                    if sizes
+                    else ""
+                )
+            )
         dtype = str(raw.get("dtype", "float32"))
         if dtype not in KERNEL_DTYPES:  # what `axon tune --dtype` takes (a float8 kernel fails every check)
             raise SpecError(f"{file}: field {where}.dtype must be one of {', '.join(KERNEL_DTYPES)}, got {dtype!r}")

@@ -190,6 +190,16 @@ def test_a_shape_key_that_is_not_a_name_is_refused_at_load(tmp_path):
         load_sweep(path)
 
 
+@pytest.mark.parametrize("sizes", ["128..384", "[128, 256]"])
+def test_a_range_of_sizes_in_an_entry_is_refused_saying_an_entry_is_one_shape(tmp_path, sizes):
+    """`shape: {M: 128..384}` (how `axon tune --shape` takes a family) was refused as if the value
+    were not a size at all."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"entries: [{{workload: softmax, shape: {{M: {sizes}, N: 512}}}}]\n")
+    with pytest.raises(SpecError, match=r"entries\[0\]\.shape\.M is a range or list: a sweep entry tunes one shape"):
+        load_sweep(path)
+
+
 def test_two_files_of_one_machine_are_refused_before_any_task(tmp_path):
     """hw: [trn1, configs/hw/trn1.yaml] (or a recalibrated copy keeping `name: trn1`) ran one task and
     skipped the other as done, since tasks are keyed by the machine's name: '1 tasks', exit 0."""
