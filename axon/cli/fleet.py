@@ -54,13 +54,47 @@ def fleet_sweep(
         command += ["--cost-model", cost_model]
     # several workers on this machine: each tune in one process (no forked helper, `axon.forked`)
     env = {**os.environ, "AXON_CPUS": os.environ.get("AXON_CPUS", "1")} if workers > 1 else None
-    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(workers)]
-    outputs = [p.communicate()[0] for p in procs]
+    # in their own session: a terminal's Ctrl-C reaches them once, from `wait_workers`, not twice
+    procs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        for _ in range(workers)
+    ]
+    outputs = wait_workers(procs)
     reports = [out for out in outputs if any(line.startswith("{") for line in out.splitlines())]
     if not reports:
         codes = ", ".join(str(p.returncode) for p in procs)
         raise SpecError(f"sweep {sweep}: no worker wrote the summary (exit codes {codes}); run it again to resume")
     show_report(_from_json(reports[0]), path, as_json, fail_on_regression)
+
+
+def wait_workers(procs: list[subprocess.Popen], grace_s: float = 60.0) -> list[str]:
+    """The workers' outputs once they exit. Interrupted (SIGINT, SIGTERM, SIGHUP: kill -INT, a job
+    runner's stop, the terminal closing), each gets the SIGINT of a Ctrl-C and `grace_s` to stop
+    (SIGKILL after), then KeyboardInterrupt: the sweep exited 130 while its workers tuned on to its end."""
+
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return [p.communicate()[0] for p in procs]
+    except KeyboardInterrupt:
+        for sig in previous:  # a second signal must not cut the stop short
+            signal.signal(sig, signal.SIG_IGN)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.communicate(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @click.command()

@@ -1,6 +1,7 @@
 """Sweep configs: the shipped ones parse; mistakes name the file and field; regressions are found."""
 
 import importlib
+import os
 import signal
 
 import pytest
@@ -242,3 +243,23 @@ def test_a_relative_hardware_file_is_taken_from_the_config_files_directory(tmp_p
     config = load_sweep("../cfg/s.yaml")
     assert [load_hw(config.hw_file(hw)).name for hw in config.hw] == ["mychip", "trn2"]
     preflight_sweep(config, Workdir.resolve(str(tmp_path / "w")))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_sweep_with_workers_stops_its_workers(sig):
+    """kill -INT (or -TERM) of `axon sweep --workers 2`: it exited 130 and its two workers tuned on
+    to the sweep's end, unsupervised."""
+    import subprocess
+    import sys
+    import threading
+
+    from axon.cli.fleet import wait_workers
+
+    worker = "import time, sys\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    sys.exit(130)"
+    procs = [subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    threading.Timer(0.3, os.kill, (os.getpid(), sig)).start()
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        wait_workers(procs, grace_s=5.0)
+    assert [p.returncode for p in procs] == [130, 130]  # each stopped as by a Ctrl-C, none left running
+    assert signal.getsignal(signal.SIGTERM) is before
