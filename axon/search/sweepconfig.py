@@ -200,8 +200,11 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if not model_name.strip() or "/" in model_name or ":" in model_name:  # MLflow's rule, met after every task
         raise SpecError(f"{file}: field registered_model must be a name without '/' or ':', got {registered!r}")
     name = _field(data, "name", str, file, path.stem)
-    if name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0"):  # it names the sweep's state file
-        raise SpecError(f"{file}: field name must be a name without '/' or '\\', got {name!r}")
+    # it names the sweep's state file, and is quoted in the MLflow search for the previous sweep ("bob's":
+    # an MLflow traceback before the first task, the sweep's run left RUNNING)
+    if name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0'\""):
+        given = "" if "name" in data else " (the config file's name, as the config gives none)"
+        raise SpecError(f"{file}: field name must be a name without '/', '\\' or quotes, got {name!r}{given}")
     threshold = float(_field(data, "regression_threshold", (int, float), file, 0.05))
     if not threshold >= 0:  # NaN too: no slowdown would ever be flagged
         raise SpecError(f"{file}: field regression_threshold must be a number >= 0, got {threshold}")

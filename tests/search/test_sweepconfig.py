@@ -159,6 +159,8 @@ def test_a_worker_for_a_sweep_in_a_workdir_never_swept_leaves_nothing_behind(tmp
         # the name names the state file: ../../x wrote it outside the workdir
         ("entries: [{workload: matmul}]\nname: ../../etc/x\n", r"field name must be a name without '/'"),
         ("entries: [{workload: matmul}]\nname: '..'\n", r"field name must be a name without '/'"),
+        # quoted in the search for the previous sweep: an MLflow traceback after the last task, exit 1
+        ('entries: [{workload: matmul}]\nname: "bob\'s"\n', r"field name must be a name without .* quotes"),
     ],
 )
 def test_names_that_cannot_be_used_are_refused_at_load(tmp_path, text, message):
