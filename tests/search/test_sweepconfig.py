@@ -3,6 +3,7 @@
 import importlib
 import os
 import signal
+import warnings
 
 import pytest
 
@@ -265,3 +266,22 @@ def test_an_interrupted_sweep_with_workers_stops_its_workers(sig):
         wait_workers(procs, grace_s=5.0)
     assert [p.returncode for p in procs] == [130, 130]  # each stopped as by a Ctrl-C, none left running
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_sweep_shows_its_tasks_warnings_and_resumed_trials_as_tune_does(tmp_path, monkeypatch):
+    """A task's tune warned as a Python warning ('storage.py:94: UserWarning:' and the source line),
+    and a resumed task's bar ended at 2/10 with 10 trials done: the sweep's callbacks saw trials only."""
+
+    def tasks(*args, on_task, callbacks, **kwargs):
+        on_task("softmax[small]:float32@trn1", 0, 1)
+        callbacks[0].on_resume(9, 20_000.0)
+        callbacks[0].on_warning("cost model trn1 was trained on trn1, tuning on trn1slow")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", tasks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning that reached Python's would fail here
+        result = axon_in_process("sweep", str(REPO / "configs/sweeps/demo.yaml"), "--workdir", str(tmp_path))
+    assert result.returncode == 130, result.stderr
+    assert "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow" in result.stderr
+    assert "9/12" in result.stderr and "best 20.0 us" in result.stderr
