@@ -15,6 +15,7 @@ import click
 
 from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import SpecError, StoreError
+from axon.measure.events import Callback
 from axon.search.fleet import Fleet, pending_sweeps, publish, work
 from axon.search.guards import preflight_sweep
 from axon.search.storage import check_cost_model, journal_storage
@@ -126,9 +127,16 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
         )
         return
     for sweep in sweeps:
-        report = work(fleet, sweep, cost_model=cost_model)
+        report = work(fleet, sweep, cost_model=cost_model, callbacks=[Warnings()])
         if report is not None:
             click.echo(_to_json(report) if as_json else report.table())
+
+
+class Warnings(Callback):
+    """A task's tune warnings as `axon tune` shows them (they were Python warnings with a source line)."""
+
+    def on_warning(self, message: str) -> None:
+        click.echo(f"axon: warning: {message}", err=True)
 
 
 def _to_json(report: SweepReport) -> str:

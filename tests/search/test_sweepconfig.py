@@ -285,3 +285,21 @@ def test_a_sweep_shows_its_tasks_warnings_and_resumed_trials_as_tune_does(tmp_pa
     assert result.returncode == 130, result.stderr
     assert "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow" in result.stderr
     assert "9/12" in result.stderr and "best 20.0 us" in result.stderr
+
+
+def test_a_workers_tasks_warn_as_tune_does(tmp_path, monkeypatch):
+    """`axon sweep --workers 2`: each worker's tune warnings were Python warnings with a source line."""
+    fleet_cli = importlib.import_module("axon.cli.fleet")
+
+    def work(fleet, sweep, *, cost_model, callbacks):
+        for c in callbacks:
+            c.on_warning("cost model trn1 was trained on trn1, tuning on trn1slow")
+
+    monkeypatch.setattr(fleet_cli, "Fleet", lambda *args: object())
+    monkeypatch.setattr(fleet_cli, "work", work)
+    (tmp_path / "records.db").touch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = axon_in_process("worker", "--sweep", "s-1", "--workdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow\n"
