@@ -36,6 +36,7 @@ def fleet_sweep(
     sampler: str | None,
     as_json: bool,
     fail_on_regression: bool,
+    quiet: bool = False,
 ) -> None:
     """Publish the sweep, run `workers` local `axon worker` processes on it, print the report."""
     parsed = load_sweep(config)
@@ -53,6 +54,8 @@ def fleet_sweep(
             command += [flag, value]
     if cost_model:
         command += ["--cost-model", cost_model]
+    if quiet or as_json:
+        command += ["--quiet"]
     # several workers on this machine: each tune in one process (no forked helper, `axon.forked`)
     env = {**os.environ, "AXON_CPUS": os.environ.get("AXON_CPUS", "1")} if workers > 1 else None
     # in their own session: a terminal's Ctrl-C reaches them once, from `wait_workers`, not twice
@@ -106,7 +109,8 @@ def _interrupt(signum: int, frame: object) -> None:
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
 @click.option("--cost-model", default=None, help="Start every task from this model.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary (if this worker writes it) as JSON.")
-def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_json) -> None:
+@click.option("--quiet", is_flag=True, help="No line for each task taken.")
+def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_json, quiet) -> None:
     """Join the sweeps in the shared store and tune their tasks until every one is done.
 
     Started on any machine with the same --storage (and --tracking-uri), it takes the next task
@@ -127,9 +131,14 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
         )
         return
     for sweep in sweeps:
-        report = work(fleet, sweep, cost_model=cost_model, callbacks=[Warnings()])
+        report = work(fleet, sweep, cost_model=cost_model, on_task=None if quiet else _taken, callbacks=[Warnings()])
         if report is not None:
             click.echo(_to_json(report) if as_json else report.table())
+
+
+def _taken(key: str, position: int, tasks: int) -> None:
+    # `axon sweep --workers 2` printed nothing from its first task to its summary (minutes)
+    click.echo(f"axon worker {os.getpid()}: task {position + 1}/{tasks} {key}", err=True)
 
 
 class Warnings(Callback):

@@ -295,6 +295,7 @@ def sweep(
             sampler,
             as_json,
             fail_on_regression,
+            quiet,
         )
         return
     parsed = load_sweep(config)

@@ -288,10 +288,13 @@ def test_a_sweep_shows_its_tasks_warnings_and_resumed_trials_as_tune_does(tmp_pa
 
 
 def test_a_workers_tasks_warn_as_tune_does(tmp_path, monkeypatch):
-    """`axon sweep --workers 2`: each worker's tune warnings were Python warnings with a source line."""
+    """`axon sweep --workers 2`: each worker's tune warnings were Python warnings with a source line,
+    and nothing said which task a worker was on."""
     fleet_cli = importlib.import_module("axon.cli.fleet")
 
-    def work(fleet, sweep, *, cost_model, callbacks):
+    def work(fleet, sweep, *, cost_model, on_task, callbacks):
+        if on_task:  # a sweep with workers printed nothing till its end (and nothing with --quiet)
+            on_task("softmax[small]:float32@trn1slow", 1, 2)
         for c in callbacks:
             c.on_warning("cost model trn1 was trained on trn1, tuning on trn1slow")
 
@@ -302,4 +305,9 @@ def test_a_workers_tasks_warn_as_tune_does(tmp_path, monkeypatch):
         warnings.simplefilter("error")
         result = axon_in_process("worker", "--sweep", "s-1", "--workdir", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert result.stderr == "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow\n"
+    assert result.stderr == (
+        f"axon worker {os.getpid()}: task 2/2 softmax[small]:float32@trn1slow\n"
+        "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow\n"
+    )
+    quiet = axon_in_process("worker", "--sweep", "s-1", "--workdir", str(tmp_path), "--quiet")
+    assert quiet.stderr == "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow\n"
