@@ -166,7 +166,7 @@ def _tune(
     stopped: list[str] = []
     variants = verified_variants(graph, r.depth, rejected=fp_rejected, stopped=stopped)
     for why in stopped:  # the user waited for it without a word; the search covers what was proved by then
-        warn(callbacks, f"{why}: tuning the {len(variants)} variants found by then (a smaller spec proves faster)")
+        warn(callbacks, f"{why}; tuning its {len(variants)} variants (a spec of fewer ops proves faster)")
     problem = LoweredProblem(w.name, graph, r.hw, variants, r.dtype, workers=n_workers)
     # the baselines, measured by a forked child while the search runs (two workers); stopped if the run stops
     early = baselines_ahead(problem, meter, w.name, n_workers)

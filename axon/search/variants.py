@@ -14,6 +14,7 @@ from axon.verify.floating import screen
 # Splitting a reduction into tiles is what the lowering's tile loops already do; as a graph move it
 # only adds reshapes the lowering does not take.
 TUNING_EXCLUDED_MOVES = frozenset({"split-tiles"})
+SLOW_DISCOVERY_S = 10.0  # a tune silent this long before its first trial says why, after
 
 
 def workload_graph(workload: Any, preset: str, dtype: str, shape: Mapping[str, int] | None) -> Graph:
@@ -34,11 +35,18 @@ def verified_variants(
 ) -> list[Any]:
     """The graph's variants whose every move was proved and that pass the floating-point gate in the
     graph's dtype (`axon.verify.floating.screen`; the original first). Rejections are appended to
-    `rejected` when given, and to `stopped` why the search ended early when its time budget did."""
+    `rejected` when given, and to `stopped` why the search took long (over `SLOW_DISCOVERY_S`: proofs
+    that ran out their timeout) or ended early (its time budget)."""
     discovery = discover(graph, max_depth=depth, max_variants=max_variants, exclude=TUNING_EXCLUDED_MOVES)
     found = discovery.variants
-    if stopped is not None and discovery.stopped and len(found) < max_variants:  # the cap is tune's own choice
-        stopped.append(f"variant discovery took {discovery.time_s:.0f} s and stopped at {discovery.stopped}")
+    cut = discovery.stopped and len(found) < max_variants  # the cap is tune's own choice, not a cut
+    if stopped is not None and (cut or discovery.time_s > SLOW_DISCOVERY_S):
+        unknown = discovery.count("unknown")
+        stopped.append(
+            f"variant discovery took {discovery.time_s:.0f} s"
+            + (f" ({unknown} proofs ran out their timeout, unproved)" if unknown else "")
+            + (f" and stopped at {discovery.stopped}" if cut else "")
+        )
     kept, dropped = screen(graph, [v for v in found if all(isinstance(p, Proof) for p in v.proofs)])
     if rejected is not None:
         rejected.extend(dropped)

@@ -118,3 +118,9 @@ def test_a_discovery_cut_by_its_time_budget_is_said_not_the_variant_cap(monkeypa
     stopped: list[str] = []
     kept = verified_variants(graph, stopped=stopped)
     assert len(kept) == 1 and len(stopped) == 1 and "stopped at the 0 s budget" in stopped[0]
+    # not cut, but long (a 30-op spec: 36 s, 7 proofs to their timeout before the 24-variant cap)
+    monkeypatch.setattr(search_variants, "discover", discover)
+    monkeypatch.setattr(search_variants, "SLOW_DISCOVERY_S", 0.0)
+    slow: list[str] = []
+    verified_variants(graph, stopped=slow)
+    assert len(slow) == 1 and slow[0].startswith("variant discovery took") and "stopped at" not in slow[0]
