@@ -185,6 +185,20 @@ class AdversarialReport:
     def ok(self) -> bool:
         return all(c.ok for c in self.classes)
 
+    def verdict(self) -> str:
+        """OK or FAILED; an OK where the kernel is inf or NaN (allowed only because the spec as written is
+        too, in the dtype) says so: it read as a kernel right on the whole declared range."""
+        if not self.ok:
+            return "FAILED"
+        broken = [c.cls for c in self.classes if not math.isfinite(c.kernel_error)]
+        if not broken:
+            return "OK"
+        ranges = ", ".join(f"{k} in [{lo:g}, {hi:g}]" for k, (lo, hi) in self.ranges.items())
+        return (
+            f"OK only as the spec as written: both give inf or NaN in {self.dtype} on the {', '.join(broken)} "
+            f"inputs of {ranges}: the spec as written overflows there in {self.dtype}"
+        )
+
     def worst(self) -> dict[str, float]:
         """Worst relative error of the kernel per input class."""
         return {c.cls: c.kernel_error for c in self.classes}
