@@ -186,7 +186,7 @@ def _tune(
         if numerics is not None and not numerics.ok:
             raise CheckFailed(
                 f"does not match the reference "
-                f"(max rel err {numerics.max_rel_err:.2e}, allowed {numerics.tolerance:.2g})"
+                f"(max rel err {numerics.max_rel_err:.2e}, allowed {numerics.tolerance:.2g}){numerics.why_not()}"
             )
         adversarial = adversarial_check(problem, point, kernels, seed=r.seed) if r.check else None
         if adversarial is not None and not adversarial.ok:
