@@ -468,6 +468,27 @@ def test_a_spec_whose_kernel_computes_inf_leaks_no_numpy_warning(tmp_path):
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
 
 
+def test_a_spec_whose_own_reference_overflows_is_named_not_its_kernel(tmp_path):
+    # exp(1000 * x) on [-1, 1]: 'the best kernel does not match the reference (max rel err inf)', as if
+    # the kernel were wrong, where the float64 reference itself is inf
+    path = tmp_path / "over.py"
+    path.write_text('import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return ax.exp(x * 1000.0)\n')
+    result = axon_in_process(
+        "tune",
+        f"{path}:f",
+        "--shape",
+        "M=128,N=128",
+        "--trials",
+        "1",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--no-track",
+        "--quiet",
+    )
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "the float64 reference itself is inf or NaN at 2,3" in result.stderr and "declare" in result.stderr
+
+
 def test_family_out_that_names_a_file_is_refused(tmp_path):
     # `--out fam.py` with a --shape list made a directory named fam.py holding the family's files
     refused(

@@ -39,6 +39,16 @@ def test_show_and_check():
     assert "attention.out: shape [2, 256, 64]" in result.stdout and "finite yes" in result.stdout
 
 
+def test_check_of_a_spec_with_non_finite_outputs_exits_1(tmp_path):
+    """sqrt(x) on inputs in [-1, 1]: `axon check` printed "finite NO" and exited 0 (click handed its
+    Exit(1) back as a value the entry point dropped)."""
+    (tmp_path / "roots.py").write_text(
+        'import axon.spec as ax\n\n\n@ax.spec(x="M N")\ndef roots(x):\n    return ax.sqrt(x)\n'
+    )
+    result = axon_in_process("check", f"{tmp_path}/roots.py:roots", "--shape", "M=4,N=8")
+    assert "finite NO" in result.stdout and result.returncode == 1, (result.returncode, result.stderr)
+
+
 def test_unknown_workload_suggests():
     _one_line_error(run_axon("show", "rmsnrom"), "unknown workload 'rmsnrom'", "did you mean 'rmsnorm'")
 

@@ -121,7 +121,11 @@ def main(argv: list[str] | None = None) -> None:
     for noisy in ("mlflow", "alembic"):  # schema-migration chatter is not for the terminal
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        cli.main(args=argv, prog_name="axon", standalone_mode=False)
+        # without standalone_mode click hands a command's Exit(n) back as this value, not as the
+        # exception below: `axon check`'s "finite NO" exited 0
+        code = cli.main(args=argv, prog_name="axon", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except AxonError as exc:
         click.echo(f"axon: error: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -15,6 +15,7 @@ import click
 
 from axon.cli.common import resolve_workdir, workdir_option
 from axon.errors import SpecError, StoreError
+from axon.measure.events import Callback
 from axon.search.fleet import Fleet, pending_sweeps, publish, work
 from axon.search.guards import preflight_sweep
 from axon.search.storage import check_cost_model, journal_storage
@@ -35,6 +36,7 @@ def fleet_sweep(
     sampler: str | None,
     as_json: bool,
     fail_on_regression: bool,
+    quiet: bool = False,
 ) -> None:
     """Publish the sweep, run `workers` local `axon worker` processes on it, print the report."""
     parsed = load_sweep(config)
@@ -52,15 +54,51 @@ def fleet_sweep(
             command += [flag, value]
     if cost_model:
         command += ["--cost-model", cost_model]
+    if quiet or as_json:
+        command += ["--quiet"]
     # several workers on this machine: each tune in one process (no forked helper, `axon.forked`)
     env = {**os.environ, "AXON_CPUS": os.environ.get("AXON_CPUS", "1")} if workers > 1 else None
-    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(workers)]
-    outputs = [p.communicate()[0] for p in procs]
+    # in their own session: a terminal's Ctrl-C reaches them once, from `wait_workers`, not twice
+    procs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        for _ in range(workers)
+    ]
+    outputs = wait_workers(procs)
     reports = [out for out in outputs if any(line.startswith("{") for line in out.splitlines())]
     if not reports:
         codes = ", ".join(str(p.returncode) for p in procs)
         raise SpecError(f"sweep {sweep}: no worker wrote the summary (exit codes {codes}); run it again to resume")
     show_report(_from_json(reports[0]), path, as_json, fail_on_regression)
+
+
+def wait_workers(procs: list[subprocess.Popen], grace_s: float = 60.0) -> list[str]:
+    """The workers' outputs once they exit. Interrupted (SIGINT, SIGTERM, SIGHUP: kill -INT, a job
+    runner's stop, the terminal closing), each gets the SIGINT of a Ctrl-C and `grace_s` to stop
+    (SIGKILL after), then KeyboardInterrupt: the sweep exited 130 while its workers tuned on to its end."""
+
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return [p.communicate()[0] for p in procs]
+    except KeyboardInterrupt:
+        for sig in previous:  # a second signal must not cut the stop short
+            signal.signal(sig, signal.SIG_IGN)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.communicate(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @click.command()
@@ -71,7 +109,8 @@ def fleet_sweep(
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
 @click.option("--cost-model", default=None, help="Start every task from this model.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary (if this worker writes it) as JSON.")
-def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_json) -> None:
+@click.option("--quiet", is_flag=True, help="No line for each task taken.")
+def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_json, quiet) -> None:
     """Join the sweeps in the shared store and tune their tasks until every one is done.
 
     Started on any machine with the same --storage (and --tracking-uri), it takes the next task
@@ -92,9 +131,21 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
         )
         return
     for sweep in sweeps:
-        report = work(fleet, sweep, cost_model=cost_model)
+        report = work(fleet, sweep, cost_model=cost_model, on_task=None if quiet else _taken, callbacks=[Warnings()])
         if report is not None:
             click.echo(_to_json(report) if as_json else report.table())
+
+
+def _taken(key: str, position: int, tasks: int) -> None:
+    # `axon sweep --workers 2` printed nothing from its first task to its summary (minutes)
+    click.echo(f"axon worker {os.getpid()}: task {position + 1}/{tasks} {key}", err=True)
+
+
+class Warnings(Callback):
+    """A task's tune warnings as `axon tune` shows them (they were Python warnings with a source line)."""
+
+    def on_warning(self, message: str) -> None:
+        click.echo(f"axon: warning: {message}", err=True)
 
 
 def _to_json(report: SweepReport) -> str:

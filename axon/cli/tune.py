@@ -295,6 +295,7 @@ def sweep(
             sampler,
             as_json,
             fail_on_regression,
+            quiet,
         )
         return
     parsed = load_sweep(config)
@@ -307,9 +308,21 @@ def sweep(
         progress.on_start(None)
         bar["p"] = progress
 
-    def on_trial(log) -> None:
-        if bar["p"] is not None:
-            bar["p"].on_trial(log)
+    class CurrentTask(Callback):
+        """The task's tune as its bar sees it: each trial, the trials a resumed study had done (its bar
+        ended at 2/10), the tune's warnings as `axon: warning:` lines (they were Python warnings,
+        'storage.py:94: UserWarning:' and the source line)."""
+
+        def on_trial(self, log: TrialLog) -> None:
+            if bar["p"] is not None:
+                bar["p"].on_trial(log)
+
+        def on_resume(self, done: int, best_ns: float | None) -> None:
+            if bar["p"] is not None:
+                bar["p"].on_resume(done, best_ns)
+
+        def on_warning(self, message: str) -> None:
+            _warn(message)
 
     try:
         report = run_sweep(
@@ -318,9 +331,9 @@ def sweep(
             cost_model=cost_model,
             tracking_uri=tracking_uri,
             on_task=on_task,
-            on_trial=on_trial,
             trials=trials,
             sampler=sampler,
+            callbacks=[CurrentTask()],
         )
     finally:
         if bar["p"] is not None:

@@ -3,6 +3,7 @@ them `axon tune` offers (numbered as tune numbers them) or rejects for floating 
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 from pathlib import Path
@@ -63,6 +64,13 @@ def variants(
     w.dims(preset)
     # in the kernel's dtype, so each variant's id is the one tune reports at that --dtype
     graph = bind_dims(w.symbolic(dtype), dims, w.fn.__name__)  # a dimension the spec does not have is refused
+    # a spec of 30 ops takes the whole budget twice (this search, then tune's for its numbering):
+    # minutes without a word looked hung
+    click.echo(
+        f"axon: proving the variants of {w.fn.__name__} (each proof up to {timeout_s:g} s, the search up to "
+        f"{DISCOVERY_BUDGET_S:g} s), then numbering them as tune does (as long again)",
+        err=True,
+    )
     found = discover(graph, max_depth=depth, timeout_s=timeout_s, max_variants=max_variants)
     numbers, why_not, rejected, note = _tune_numbering(w, preset, dtype, dims, hw)
     for i, v in enumerate(found.variants):
@@ -81,12 +89,15 @@ def variants(
             click.echo(f"#   id {r.variant.hash[:8]}  {r.describe()}")
     click.echo(
         f"# {len(found.variants)} variants; steps proved {found.count('proved')}, refuted {found.count('refuted')}, "
-        f"unknown {found.count('unknown')}; {found.time_s:.2f} s; tune offers {len(numbers)}"
+        f"unknown {found.count('unknown')}; {found.time_s:.2f} s"
+        + (f" (stopped at {found.stopped}: more variants may exist)" if found.stopped else "")
+        + f"; tune offers {len(numbers)}"
         + (f" (from its own search, to depth {TUNE_DEPTH})" if depth != TUNE_DEPTH and not note else "")
         + (f" ({note})" if note else "")
     )
 
 
+DISCOVERY_BUDGET_S = inspect.signature(discover).parameters["budget_s"].default
 TUNE_DEPTH = TuneRequest.depth  # the depth `axon tune` discovers to, whatever --depth lists here
 
 

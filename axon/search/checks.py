@@ -53,10 +53,22 @@ class NumericsCheck:
     max_rel_err: float
     tolerance: float
     spec_error: float = 0.0
+    reference_not_finite: int = 0  # elements of the float64 reference that are inf or NaN
 
     @property
     def ok(self) -> bool:
         return self.max_rel_err <= self.tolerance
+
+    def why_not(self) -> str:
+        """What a failure with a non-finite reference is: the spec's (exp(1000 * x) on [-1, 1] read as
+        'the best kernel does not match the reference (max rel err inf)'), not the kernel's."""
+        if not self.reference_not_finite:
+            return ""
+        return (
+            f": the float64 reference itself is inf or NaN at {self.reference_not_finite:,} elements on the "
+            f"random inputs at {self.dims} (the spec overflows there: declare its inputs' range, "
+            "ax.tensor(..., range=(lo, hi)), or rescale it)"
+        )
 
     def describe(self) -> str:
         """'(tolerance 0.02)', or with the spec's own error where that sets the bound."""
@@ -155,7 +167,8 @@ def numerics_check(
     allowed = max(tolerance(d) for d in {problem.dtype, *casts})
     if math.isfinite(spec_err):
         allowed = max(allowed, UNIFORM_SPEC_FACTOR * spec_err)
-    return NumericsCheck(dims, worst, allowed, spec_err)
+    not_finite = sum(int(np.size(v) - np.count_nonzero(np.isfinite(v))) for v in expected.values())
+    return NumericsCheck(dims, worst, allowed, spec_err, not_finite)
 
 
 @dataclass(frozen=True)
@@ -184,6 +197,20 @@ class AdversarialReport:
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.classes)
+
+    def verdict(self) -> str:
+        """OK or FAILED; an OK where the kernel is inf or NaN (allowed only because the spec as written is
+        too, in the dtype) says so: it read as a kernel right on the whole declared range."""
+        if not self.ok:
+            return "FAILED"
+        broken = [c.cls for c in self.classes if not math.isfinite(c.kernel_error)]
+        if not broken:
+            return "OK"
+        ranges = ", ".join(f"{k} in [{lo:g}, {hi:g}]" for k, (lo, hi) in self.ranges.items())
+        return (
+            f"OK only as the spec as written: both give inf or NaN in {self.dtype} on the {', '.join(broken)} "
+            f"inputs of {ranges}: the spec as written overflows there in {self.dtype}"
+        )
 
     def worst(self) -> dict[str, float]:
         """Worst relative error of the kernel per input class."""

@@ -5,6 +5,7 @@ shapes, the dispatching module and the MLflow run (`axon.search.familyout`).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -62,7 +63,7 @@ def tune_family(
 ) -> FamilyReport:
     """Build, check and write the kernel family of `request.workload` over `ranges` (the request's
     `shape` binds the fixed dimensions; `trials` is each anchor shape's budget). `warn` is told of a
-    cost model trained on another hardware file."""
+    cost model trained on another hardware file and of a variant discovery that took long."""
     if request.storage or request.study:
         raise AxonError(
             "--storage/--study name one Optuna study, and a shape range runs one tuning per shape it "
@@ -82,7 +83,11 @@ def tune_family(
     tracking_uri = request.tracking_uri or request.workdir.tracking_uri
     model = load_cost_model(request.cost_model, request.seed, tracking_uri, hw=request.hw.name, warn=warn)
     with quiet_optuna():
-        problems = FamilyProblems(w.name, graph, request.hw, verified_variants(graph, request.depth), request.dtype)
+        slow: list[str] = []
+        variants = verified_variants(graph, request.depth, stopped=slow)
+        for why in slow:  # as a single-shape tune: the wait before the first trial, said
+            (warn or warnings.warn)(f"{why}; tuning its {len(variants)} variants (a spec of fewer ops proves faster)")
+        problems = FamilyProblems(w.name, graph, request.hw, variants, request.dtype)
         meter = get_backend(request.backend, request.workdir.kernel_cache)
         builder = FamilyBuilder(
             problems,

@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -149,8 +149,10 @@ def work(
     on_task: Callable[[str, int, int], None] | None = None,
     on_trial: Callable[[Any], None] | None = None,
     poll_s: float = 1.0,
+    callbacks: Sequence[Callback] = (),
 ) -> SweepReport | None:
-    """Work on `sweep` until every task is done; the report when this worker summarized it."""
+    """Work on `sweep` until every task is done; the report when this worker summarized it.
+    `callbacks` see every task's tune (its warnings: else Python's, with a source line)."""
     db, tracker = fleet.open(), fleet.tracker()
     found = db.execute("SELECT parent, config FROM sweeps WHERE sweep=?", (sweep,))
     if not found:
@@ -184,7 +186,7 @@ def work(
             storage=fleet.storage,
             records=fleet.records,
             on_trial=on_trial,
-            callbacks=[_Lease(db, sweep, key)],
+            callbacks=[_Lease(db, sweep, key), *callbacks],
         )
         result = json.dumps({**done, "workload": entry.workload, "hw": hw, "position": position})
         db.execute(

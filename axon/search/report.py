@@ -78,8 +78,7 @@ class TuneReport:
         if self.adversarial is not None:
             lines.append(
                 f"  adversarial: emulator in {self.adversarial.dtype} at {self.adversarial.dims}, "
-                f"worst rel err per input class: {self.adversarial.summary()} "
-                f"{'OK' if self.adversarial.ok else 'FAILED'}"
+                f"worst rel err per input class: {self.adversarial.summary()} {self.adversarial.verdict()}"
             )
         for text in self.turned_down:
             lines.append(f"  turned down (checks): {text}")

@@ -199,8 +199,9 @@ def run_sweep(
     trials: int | None = None,
     sampler: str | None = None,
     extra_config: dict[str, Any] | None = None,
+    callbacks: Sequence[Callback] = (),
 ) -> SweepReport:
-    """Run (or resume) the sweep of `config_path` in `workdir`.
+    """Run (or resume) the sweep of `config_path` in `workdir`; `callbacks` see every task's tune.
 
     Every entry is checked before the first is tuned (workload, shapes, hardware file, resource
     guards; a relative spec path is taken from the config file's directory): a bad entry raises
@@ -252,9 +253,8 @@ def run_sweep(
                 on_task(key, i, len(tasks))
             if key in state["done"] and not state["done"][key].get("error"):
                 continue
-            done = tune_task(
-                config, machine, entry, study, workdir, parent, cost_model, tracking_uri, on_trial=on_trial
-            )
+            args = (config, machine, entry, study, workdir, parent, cost_model, tracking_uri)
+            done = tune_task(*args, on_trial=on_trial, callbacks=callbacks)
             state["done"][key] = {**done, "workload": entry.workload, "hw": hw}
             state_path.write_text(json.dumps(state))
         report = summarize(config, workdir, tracker, parent, machines, state["done"], previous, start)

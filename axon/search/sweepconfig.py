@@ -150,7 +150,20 @@ def load_sweep(path: str | Path) -> SweepConfig:
         if not isinstance(shape, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in shape.items()
         ):  # a key YAML reads as a number (`1: 128`) reached the spec as a keyword: a TypeError traceback
-            raise SpecError(f"{file}: field {where}.shape must map dimension names to positive integers")
+            sizes = (
+                [k for k, v in shape.items() if isinstance(v, list) or ".." in str(v)]
+                if isinstance(shape, dict)
+                else []
+            )
+            raise SpecError(
+                f"{file}: field {where}.shape must map dimension names to positive integers"
+                + (  # `M: 128..384` or `M: [128, 256]`, as `axon tune --shape` takes them, said only this
+                    f" ({where}.shape.{sizes[0]} is a range or list: a sweep entry tunes one shape; give an "
+                    f"entry per shape, or tune the range with `axon tune --shape {sizes[0]}=LO..HI`)"
+                    if sizes
+                    else ""
+                )
+            )
         dtype = str(raw.get("dtype", "float32"))
         if dtype not in KERNEL_DTYPES:  # what `axon tune --dtype` takes (a float8 kernel fails every check)
             raise SpecError(f"{file}: field {where}.dtype must be one of {', '.join(KERNEL_DTYPES)}, got {dtype!r}")
@@ -187,8 +200,11 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if not model_name.strip() or "/" in model_name or ":" in model_name:  # MLflow's rule, met after every task
         raise SpecError(f"{file}: field registered_model must be a name without '/' or ':', got {registered!r}")
     name = _field(data, "name", str, file, path.stem)
-    if name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0"):  # it names the sweep's state file
-        raise SpecError(f"{file}: field name must be a name without '/' or '\\', got {name!r}")
+    # it names the sweep's state file, and is quoted in the MLflow search for the previous sweep ("bob's":
+    # an MLflow traceback before the first task, the sweep's run left RUNNING)
+    if name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0'\""):
+        given = "" if "name" in data else " (the config file's name, as the config gives none)"
+        raise SpecError(f"{file}: field name must be a name without '/', '\\' or quotes, got {name!r}{given}")
     threshold = float(_field(data, "regression_threshold", (int, float), file, 0.05))
     if not threshold >= 0:  # NaN too: no slowdown would ever be flagged
         raise SpecError(f"{file}: field regression_threshold must be a number >= 0, got {threshold}")

@@ -163,7 +163,10 @@ def _tune(
     meter = get_backend(r.backend, kernels, workers=n_workers)
     storage = journal_storage(workdir, r.storage)
     fp_rejected: list[Any] = []
-    variants = verified_variants(graph, r.depth, rejected=fp_rejected)
+    stopped: list[str] = []
+    variants = verified_variants(graph, r.depth, rejected=fp_rejected, stopped=stopped)
+    for why in stopped:  # the user waited for it without a word; the search covers what was proved by then
+        warn(callbacks, f"{why}; tuning its {len(variants)} variants (a spec of fewer ops proves faster)")
     problem = LoweredProblem(w.name, graph, r.hw, variants, r.dtype, workers=n_workers)
     # the baselines, measured by a forked child while the search runs (two workers); stopped if the run stops
     early = baselines_ahead(problem, meter, w.name, n_workers)
@@ -183,7 +186,7 @@ def _tune(
         if numerics is not None and not numerics.ok:
             raise CheckFailed(
                 f"does not match the reference "
-                f"(max rel err {numerics.max_rel_err:.2e}, allowed {numerics.tolerance:.2g})"
+                f"(max rel err {numerics.max_rel_err:.2e}, allowed {numerics.tolerance:.2g}){numerics.why_not()}"
             )
         adversarial = adversarial_check(problem, point, kernels, seed=r.seed) if r.check else None
         if adversarial is not None and not adversarial.ok:

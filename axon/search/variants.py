@@ -7,13 +7,14 @@ from typing import Any
 
 from axon.errors import AxonError
 from axon.ir import Graph
-from axon.synth import discover_variants
+from axon.synth import discover
 from axon.verify import Proof
 from axon.verify.floating import screen
 
 # Splitting a reduction into tiles is what the lowering's tile loops already do; as a graph move it
 # only adds reshapes the lowering does not take.
 TUNING_EXCLUDED_MOVES = frozenset({"split-tiles"})
+SLOW_DISCOVERY_S = 10.0  # a tune silent this long before its first trial says why, after
 
 
 def workload_graph(workload: Any, preset: str, dtype: str, shape: Mapping[str, int] | None) -> Graph:
@@ -26,12 +27,26 @@ def workload_graph(workload: Any, preset: str, dtype: str, shape: Mapping[str, i
 
 
 def verified_variants(
-    graph: Graph, depth: int = 4, max_variants: int = 24, rejected: list[Any] | None = None
+    graph: Graph,
+    depth: int = 4,
+    max_variants: int = 24,
+    rejected: list[Any] | None = None,
+    stopped: list[str] | None = None,
 ) -> list[Any]:
     """The graph's variants whose every move was proved and that pass the floating-point gate in the
     graph's dtype (`axon.verify.floating.screen`; the original first). Rejections are appended to
-    `rejected` when given."""
-    found = discover_variants(graph, max_depth=depth, max_variants=max_variants, exclude=TUNING_EXCLUDED_MOVES)
+    `rejected` when given, and to `stopped` why the search took long (over `SLOW_DISCOVERY_S`: proofs
+    that ran out their timeout) or ended early (its time budget)."""
+    discovery = discover(graph, max_depth=depth, max_variants=max_variants, exclude=TUNING_EXCLUDED_MOVES)
+    found = discovery.variants
+    cut = discovery.stopped and len(found) < max_variants  # the cap is tune's own choice, not a cut
+    if stopped is not None and (cut or discovery.time_s > SLOW_DISCOVERY_S):
+        unknown = discovery.count("unknown")
+        stopped.append(
+            f"variant discovery took {discovery.time_s:.0f} s"
+            + (f" ({unknown} proofs ran out their timeout, unproved)" if unknown else "")
+            + (f" and stopped at {discovery.stopped}" if cut else "")
+        )
     kept, dropped = screen(graph, [v for v in found if all(isinstance(p, Proof) for p in v.proofs)])
     if rejected is not None:
         rejected.extend(dropped)

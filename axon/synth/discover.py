@@ -52,6 +52,9 @@ class Discovery:
     variants: tuple[Variant, ...]
     attempts: tuple[Attempt, ...] = field(repr=False)
     time_s: float
+    # why the search ended before its last level ("" when it did not): a user waited for it, and a
+    # listing cut short looked complete
+    stopped: str = ""
 
     def count(self, status: str) -> int:
         return sum(1 for a in self.attempts if a.result.status == status)
@@ -87,7 +90,12 @@ def discover(
                 if move.name in exclude:
                     continue
                 if len(kept) >= max_variants or time.perf_counter() - start > budget_s:
-                    return Discovery(tuple(kept), tuple(attempts), time.perf_counter() - start)
+                    stopped = (
+                        f"the cap of {max_variants} variants"
+                        if len(kept) >= max_variants
+                        else f"the {budget_s:g} s budget, with proposals at depth {len(parent.moves) + 1} untried"
+                    )
+                    return Discovery(tuple(kept), tuple(attempts), time.perf_counter() - start, stopped)
                 h = candidate.canonical_hash()
                 if h in seen:
                     continue

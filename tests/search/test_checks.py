@@ -6,6 +6,8 @@ it and the kernel of the spec as written must pass, with the worst error per inp
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -72,7 +74,20 @@ def test_summary_shows_the_spec_as_written_where_the_kernel_is_held_to_it():
     assert text == "typical 2.0e-07, magnitude 1.0e+00 (magnitude(all inputs): as written 1.0e+00)"
 
 
-def _unsafe_first(graph, depth=4, max_variants=24, rejected=None):
+def test_an_ok_where_the_kernel_is_inf_as_the_spec_is_says_so():
+    """Naive softmax, x declared in (-100, 100), float32: the kernel was NaN on every row of that range
+    (exp(100) overflows, as the spec as written does) and the report said 'limit inf ... OK'."""
+    held = ClassFigure("offset", math.inf, math.inf, math.inf, "offset(x)")
+    fine = ClassFigure("typical", 2e-7, 1.8e-7, 1e-5, "typical")
+    report = AdversarialReport({"M": 8}, "float32", {"x": (-100.0, 100.0)}, (fine, held))
+    assert report.ok and report.verdict() == (
+        "OK only as the spec as written: both give inf or NaN in float32 on the offset inputs of "
+        "x in [-100, 100]: the spec as written overflows there in float32"
+    )
+    assert AdversarialReport({"M": 8}, "float32", {}, (fine,)).verdict() == "OK"
+
+
+def _unsafe_first(graph, depth=4, max_variants=24, rejected=None, stopped=None):
     """The softmax variants with the unsafe one (no max shift) first and unscreened, as a floating-point
     gate that missed it would leave them: its kernels are the fastest and fail the adversarial check."""
     found = discover_variants(graph, max_depth=1, exclude=frozenset({"split-tiles"}))

@@ -92,6 +92,33 @@ def test_a_time_budget_stops_the_family_after_its_first_shape(tmp_path):
     assert "time budget reached" in fam.summary()
 
 
+def test_a_family_says_when_its_variant_discovery_took_long(tmp_path, monkeypatch):
+    """A 30-op spec's family sat 40 s before its first trial without a word, as its tune did."""
+    import axon.search.familytune as familytune
+    from axon.search.api import TuneRequest
+
+    class Built(Exception):
+        pass
+
+    def slow(graph, depth, stopped):
+        stopped.append("variant discovery took 36 s (7 proofs ran out their timeout, unproved)")
+        return ["v0", "v1"]
+
+    def problems(*args):
+        raise Built
+
+    monkeypatch.setattr(familytune, "verified_variants", slow)
+    monkeypatch.setattr(familytune, "FamilyProblems", problems)
+    told: list[str] = []
+    request = TuneRequest.make("softmax", preset="small", workdir=tmp_path, track=False)
+    with pytest.raises(Built):
+        familytune.tune_family(request, {"M": (128, 256)}, warn=told.append)
+    assert told == [
+        "variant discovery took 36 s (7 proofs ran out their timeout, unproved); tuning its 2 variants "
+        "(a spec of fewer ops proves faster)"
+    ]
+
+
 def test_anchors_are_ends_and_middle():
     shapes = grid({"M": tuple(range(128, 8193, 128))})
     assert [s["M"] for s in anchors(shapes, 3)] == [128, 1024, 8192]

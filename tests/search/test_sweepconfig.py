@@ -1,7 +1,9 @@
 """Sweep configs: the shipped ones parse; mistakes name the file and field; regressions are found."""
 
 import importlib
+import os
 import signal
+import warnings
 
 import pytest
 
@@ -158,6 +160,8 @@ def test_a_worker_for_a_sweep_in_a_workdir_never_swept_leaves_nothing_behind(tmp
         # the name names the state file: ../../x wrote it outside the workdir
         ("entries: [{workload: matmul}]\nname: ../../etc/x\n", r"field name must be a name without '/'"),
         ("entries: [{workload: matmul}]\nname: '..'\n", r"field name must be a name without '/'"),
+        # quoted in the search for the previous sweep: an MLflow traceback after the last task, exit 1
+        ('entries: [{workload: matmul}]\nname: "bob\'s"\n', r"field name must be a name without .* quotes"),
     ],
 )
 def test_names_that_cannot_be_used_are_refused_at_load(tmp_path, text, message):
@@ -187,6 +191,16 @@ def test_a_shape_key_that_is_not_a_name_is_refused_at_load(tmp_path):
     path = tmp_path / "sweep.yaml"
     path.write_text("entries: [{workload: softmax, shape: {1: 128}}]\n")
     with pytest.raises(SpecError, match=r"entries\[0\]\.shape must map dimension names to positive integers"):
+        load_sweep(path)
+
+
+@pytest.mark.parametrize("sizes", ["128..384", "[128, 256]"])
+def test_a_range_of_sizes_in_an_entry_is_refused_saying_an_entry_is_one_shape(tmp_path, sizes):
+    """`shape: {M: 128..384}` (how `axon tune --shape` takes a family) was refused as if the value
+    were not a size at all."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"entries: [{{workload: softmax, shape: {{M: {sizes}, N: 512}}}}]\n")
+    with pytest.raises(SpecError, match=r"entries\[0\]\.shape\.M is a range or list: a sweep entry tunes one shape"):
         load_sweep(path)
 
 
@@ -232,3 +246,68 @@ def test_a_relative_hardware_file_is_taken_from_the_config_files_directory(tmp_p
     config = load_sweep("../cfg/s.yaml")
     assert [load_hw(config.hw_file(hw)).name for hw in config.hw] == ["mychip", "trn2"]
     preflight_sweep(config, Workdir.resolve(str(tmp_path / "w")))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_sweep_with_workers_stops_its_workers(sig):
+    """kill -INT (or -TERM) of `axon sweep --workers 2`: it exited 130 and its two workers tuned on
+    to the sweep's end, unsupervised."""
+    import subprocess
+    import sys
+    import threading
+
+    from axon.cli.fleet import wait_workers
+
+    worker = "import time, sys\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    sys.exit(130)"
+    procs = [subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    threading.Timer(0.3, os.kill, (os.getpid(), sig)).start()
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        wait_workers(procs, grace_s=5.0)
+    assert [p.returncode for p in procs] == [130, 130]  # each stopped as by a Ctrl-C, none left running
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_sweep_shows_its_tasks_warnings_and_resumed_trials_as_tune_does(tmp_path, monkeypatch):
+    """A task's tune warned as a Python warning ('storage.py:94: UserWarning:' and the source line),
+    and a resumed task's bar ended at 2/10 with 10 trials done: the sweep's callbacks saw trials only."""
+
+    def tasks(*args, on_task, callbacks, **kwargs):
+        on_task("softmax[small]:float32@trn1", 0, 1)
+        callbacks[0].on_resume(9, 20_000.0)
+        callbacks[0].on_warning("cost model trn1 was trained on trn1, tuning on trn1slow")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", tasks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning that reached Python's would fail here
+        result = axon_in_process("sweep", str(REPO / "configs/sweeps/demo.yaml"), "--workdir", str(tmp_path))
+    assert result.returncode == 130, result.stderr
+    assert "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow" in result.stderr
+    assert "9/12" in result.stderr and "best 20.0 us" in result.stderr
+
+
+def test_a_workers_tasks_warn_as_tune_does(tmp_path, monkeypatch):
+    """`axon sweep --workers 2`: each worker's tune warnings were Python warnings with a source line,
+    and nothing said which task a worker was on."""
+    fleet_cli = importlib.import_module("axon.cli.fleet")
+
+    def work(fleet, sweep, *, cost_model, on_task, callbacks):
+        if on_task:  # a sweep with workers printed nothing till its end (and nothing with --quiet)
+            on_task("softmax[small]:float32@trn1slow", 1, 2)
+        for c in callbacks:
+            c.on_warning("cost model trn1 was trained on trn1, tuning on trn1slow")
+
+    monkeypatch.setattr(fleet_cli, "Fleet", lambda *args: object())
+    monkeypatch.setattr(fleet_cli, "work", work)
+    (tmp_path / "records.db").touch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = axon_in_process("worker", "--sweep", "s-1", "--workdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        f"axon worker {os.getpid()}: task 2/2 softmax[small]:float32@trn1slow\n"
+        "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow\n"
+    )
+    quiet = axon_in_process("worker", "--sweep", "s-1", "--workdir", str(tmp_path), "--quiet")
+    assert quiet.stderr == "axon: warning: cost model trn1 was trained on trn1, tuning on trn1slow\n"

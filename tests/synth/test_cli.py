@@ -39,6 +39,23 @@ def test_variants_lists_floating_point_rejections_with_their_reason():
     assert "[not tuned: uses split-tiles, which tune excludes]" in out.stdout
 
 
+def test_variants_says_what_it_waits_for_and_when_its_budget_cut_the_search(monkeypatch):
+    # a 30-op spec listed nothing for 105 s (the 50 s budget twice), then a list cut at the budget
+    # that looked complete
+    import functools
+    import sys
+
+    import axon.cli  # noqa: F401  (axon.cli.variants is the command there; the module is in sys.modules)
+    from axon.synth import discover
+
+    cli_variants = sys.modules["axon.cli.variants"]
+    monkeypatch.setattr(cli_variants, "discover", functools.partial(discover, budget_s=0.0))
+    out = _run("softmax", "--depth", "2", "--preset", "small")
+    assert out.returncode == 0, out.stderr
+    assert "proving the variants of softmax" in out.stderr and "up to 50 s" in out.stderr
+    assert "(stopped at the 0 s budget, with proposals at depth 1 untried: more variants may exist)" in out.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_variants_numbers_a_variant_as_tune_reports_it(tmp_path, dtype):
