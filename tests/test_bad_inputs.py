@@ -443,6 +443,12 @@ def test_an_output_name_that_cannot_name_a_kernel_variable_is_refused(tmp_path, 
     refused("tune", f"{path}:f", "--shape", "M=128,N=128", "--workdir", str(tmp_path / "w"), fragments=("output name",))
 
 
+def _tune_once(path, tmp_path):
+    """`axon tune PATH:f` at M=128,N=128, one trial, in this process."""
+    shape, workdir = ("--shape", "M=128,N=128"), ("--workdir", str(tmp_path / "w"))
+    return axon_in_process("tune", f"{path}:f", *shape, "--trials", "1", *workdir, "--no-track", "--quiet")
+
+
 def test_a_spec_whose_kernel_computes_inf_leaks_no_numpy_warning(tmp_path):
     # x / 0.0 (refused now, see below; 1 / (x * 0) computes the same): the emulator's RuntimeWarning
     # ("divide by zero encountered in divide") reached the user's stderr
@@ -452,18 +458,7 @@ def test_a_spec_whose_kernel_computes_inf_leaks_no_numpy_warning(tmp_path):
     path.write_text('import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return 1.0 / (x * 0.0)\n')
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = axon_in_process(
-            "tune",
-            f"{path}:f",
-            "--shape",
-            "M=128,N=128",
-            "--trials",
-            "1",
-            "--workdir",
-            str(tmp_path / "w"),
-            "--no-track",
-            "--quiet",
-        )
+        result = _tune_once(path, tmp_path)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
 
@@ -473,18 +468,7 @@ def test_a_spec_whose_own_reference_overflows_is_named_not_its_kernel(tmp_path):
     # the kernel were wrong, where the float64 reference itself is inf
     path = tmp_path / "over.py"
     path.write_text('import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return ax.exp(x * 1000.0)\n')
-    result = axon_in_process(
-        "tune",
-        f"{path}:f",
-        "--shape",
-        "M=128,N=128",
-        "--trials",
-        "1",
-        "--workdir",
-        str(tmp_path / "w"),
-        "--no-track",
-        "--quiet",
-    )
+    result = _tune_once(path, tmp_path)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "the float64 reference itself is inf or NaN at 2,3" in result.stderr and "declare" in result.stderr
 
