@@ -352,8 +352,10 @@ def new_hazards(spec: Graph, variant: Graph, ranges: Mapping[str, Range], dtype:
             # its relative error is not), absolute ones otherwise
             relative = math.isfinite(s_rel) and math.isfinite(v_rel)
             s, v = (s_rel, v_rel) if relative else (s_abs, v_abs)
-            # a spec bound that does not bound its output below the output's own size says nothing
-            meaningful = s < 1.0 if relative else s < svals[o].mag
+            # a spec bound that does not bound its output below the output's own size says nothing, nor
+            # does one where the spec as written overflows (a naive softmax on x in [-100, 100]: its
+            # 7.7e-07 held the shifted one, finite there, as 30x less accurate)
+            meaningful = (s < 1.0 if relative else s < svals[o].mag) and "overflow" not in {h.kind for h in shaz}
             if meaningful and v > BOUND_FACTOR * s:
                 culprit = max(
                     (m for m in variant.nodes if m.op in ("sub", "add")),

@@ -87,6 +87,24 @@ def test_an_ok_where_the_kernel_is_inf_as_the_spec_is_says_so():
     assert AdversarialReport({"M": 8}, "float32", {}, (fine,)).verdict() == "OK"
 
 
+def test_a_kernel_finite_where_the_spec_as_written_overflows_is_chosen_over_a_faster_one_that_is_not(tmp_path):
+    """The same naive softmax tuned: its fastest kernel (as written) passed only as the spec as written
+    does, inf on x near 100, while the max shift is finite there and was not even offered (the range
+    analysis held its 2.5e-05 error bound against the 7.7e-07 of a spec that overflows on that box)."""
+    from axon.search.api import TuneRequest, tune
+
+    spec = tmp_path / "naive.py"
+    spec.write_text(
+        'import axon.spec as ax\n\n@ax.spec(x=ax.tensor("M N", range=(-100, 100)))\n'
+        "def naive(x):\n    e = ax.exp(x)\n    return e / ax.sum(e, axis=-1)\n"
+    )
+    request = TuneRequest.make(f"{spec}:naive", shape={"M": 128, "N": 512}, trials=6, workdir=tmp_path, track=False)
+    report = tune(request)
+    assert "shift-exp" in report.moves and not report.fp_rejected, report.fp_rejected
+    assert report.adversarial is not None and report.adversarial.verdict() == "OK", report.adversarial.verdict()
+    assert any("(as written): OK only as the spec as written" in t for t in report.turned_down), report.turned_down
+
+
 def _unsafe_first(graph, depth=4, max_variants=24, rejected=None, stopped=None):
     """The softmax variants with the unsafe one (no max shift) first and unscreened, as a floating-point
     gate that missed it would leave them: its kernels are the fastest and fail the adversarial check."""
