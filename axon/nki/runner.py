@@ -30,6 +30,7 @@ from axon.nki.lang_tensors import sequential_range
 from axon.nki.machine import Machine
 from axon.nki.memory import View
 from axon.nki.shim import install_import_shim
+from axon.nki.standins import framework_stand_ins
 from axon.target.hardware import DEFAULT_HW, HardwareSpec, load_hw
 from axon.target.trace import Trace
 from axon.userfiles import siblings_importable
@@ -109,7 +110,7 @@ def load_kernel(ref: str, name: str | None = None) -> Callable[..., Any]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     try:
-        with siblings_importable(str(file.resolve().parent)):
+        with siblings_importable(str(file.resolve().parent)), framework_stand_ins():
             spec.loader.exec_module(module)
     except AxonError:
         raise
