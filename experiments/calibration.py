@@ -164,7 +164,6 @@ def published_points() -> list[Point]:
 
 def measured_points() -> list[Point]:
     """The seven NKIBench kernels, unmodified, at the shapes of their references."""
-    corpus.install_framework_stand_ins()
     measured = json.loads((DATA / "measured.json").read_text())
     points = []
     for case in corpus.nkibench_cases(DATA):

@@ -30,7 +30,6 @@ from corpus import (
     TUTORIALS,
     Case,
     f64,
-    install_framework_stand_ins,
     nkibench_cases,
     ref_attention_qkv_dh_s,
     ref_avgpool,
@@ -291,7 +290,6 @@ def main(argv: list[str] | None = None) -> None:
     data = Path(args.data)
     if not data.is_dir():
         raise SystemExit(f"corpus folder {data} not found (--data)")
-    install_framework_stand_ins()
     cases = all_cases(data, args.corpus)
     only = {s for s in args.only.split(",") if s}
     work = REPO / "experiments" / "results" / "work" / "conformance"

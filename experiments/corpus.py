@@ -14,9 +14,7 @@ import importlib.util
 import sys
 import time
 import traceback
-import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,64 +171,6 @@ def load_module(path: Path, name: str) -> Any:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
-_FRAMEWORKS = (
-    "torch",
-    "torch_xla",
-    "torch_xla.core",
-    "torch_xla.core.xla_model",
-    "torch_neuronx",
-    "jax",
-    "jax.numpy",
-    "transformers",
-    "transformers.models",
-    "transformers.models.llama",
-    "transformers.models.llama.modeling_llama",
-    "loguru",
-    "torch.profiler",
-)
-
-
-class _Anything(types.ModuleType):
-    """A stand-in for a framework module a kernel file imports but its kernels never call."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Anything(f"{self.__name__}.{name}")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self
-
-    def __getitem__(self, key: Any) -> Any:
-        return self
-
-
-def install_framework_stand_ins() -> list[str]:
-    """Stand-ins for the frameworks that are not installed; returns the names it added, so a caller
-    sharing the process (the test suite) can take them out again: libraries that probe
-    `sys.modules["torch"]` (scipy, xgboost) break on a stand-in."""
-    added = []
-    for name in _FRAMEWORKS:
-        if name not in sys.modules:
-            mod = _Anything(name)
-            mod.__path__ = []  # type: ignore[attr-defined]
-            sys.modules[name] = mod
-            added.append(name)
-    return added
-
-
-@contextmanager
-def framework_stand_ins() -> Iterator[None]:
-    """The stand-ins for the time of the block, for a process that also runs libraries probing for
-    the real frameworks (the tuner's xgboost and scipy)."""
-    added = install_framework_stand_ins()
-    try:
-        yield
-    finally:
-        for name in added:
-            sys.modules.pop(name, None)
 
 
 def load_kernel(case: Case, data: Path) -> Any:

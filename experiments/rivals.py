@@ -30,7 +30,6 @@ from corpus import (
     TUTORIALS,
     Case,
     check_numerics,
-    framework_stand_ins,
     nkibench_case,
     ref_attention_qkv_dh_s,
     ref_layernorm,
@@ -245,8 +244,7 @@ def in_child(make: Callable[[], Any]) -> Any:
 def _time_case(case: Case, data: Path, hw_name: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
-        with framework_stand_ins():
-            trace = trace_case(case, data, hw_name)
+        trace = trace_case(case, data, hw_name)
     except Exception as exc:  # noqa: BLE001 - a version that cannot be traced is a note, not a crash
         return {"ns": None, "error": f"trace: {type(exc).__name__}: {exc}"}
     t1 = time.perf_counter()
@@ -271,10 +269,7 @@ def measure(rival: Rival, hw_name: str, data: Path, work: Path, compute: bool = 
         files = _case_files(case, data)
         nkey = source_hash(NUMERICS_SOURCES, case.name, files)
         try:
-            with framework_stand_ins():
-                num = _cached(
-                    work / "rivals" / f"numerics_{nkey}.json", lambda c=case: check_numerics(c, data), compute
-                )
+            num = _cached(work / "rivals" / f"numerics_{nkey}.json", lambda c=case: check_numerics(c, data), compute)
         except NotCached:
             return None
         if not num["ok"]:
