@@ -137,7 +137,7 @@ def verify(path: str | Path) -> Verdict:
     lines.append(f"numerics: max rel err {numerics.max_rel_err:.2e} (tolerance {numerics.tolerance:.0e})")
     if not numerics.ok:
         failures.append(f"numerics: max rel err {numerics.max_rel_err:.2e} over {numerics.tolerance:.0e}")
-    lines.append(f"adversarial: {'OK' if adversarial.ok else adversarial.failure()}")
+    lines.append(f"adversarial: {adversarial.verdict() if adversarial.ok else adversarial.failure()}")
     if not adversarial.ok:
         failures.append(f"adversarial: {adversarial.failure()}")
     return Verdict(tuple(lines), tuple(failures))

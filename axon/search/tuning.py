@@ -209,8 +209,9 @@ def _tune(
         # a kernel that passed only as the spec as written does (inf or NaN where it is: a naive softmax
         # on x in [-100, 100]) is kept while the fastest kernel of another variant is checked: one finite
         # there (the max shift) is chosen instead, else this one
-        fallback: tuple[Any, tuple[str, ...]] | None = None
-        checks = 0
+        fallback: tuple[Any, tuple[Any, Any, Any, Path], tuple[str, ...]] | None = None
+        only_as_written: set[int] = set()  # variants whose kernel passed only that way: not checked again
+        checks, widened = 0, False
         while pool and checks < CHECKED_AT_MOST:
             record = min(pool, key=lambda c: (failures[int(c.point.get("variant", 0))], c.latency_ns))
             pool.remove(record)
@@ -219,23 +220,22 @@ def _tune(
             try:
                 checked = checked_kernel(point)
             except CheckFailed as exc:
-                if not first_failure and fallback is None:
-                    pool += islice(ranked, CANDIDATES_AT_MOST - 1)
-                first_failure = first_failure or str(exc)
+                first_failure, why = first_failure or str(exc), str(exc)
                 failures[index] += 1
-                moves = " + ".join(m.name for m in problem.variants[index].moves)
-                turned_down.append(f"{(record.latency_ns or 0) / 1e3:,.1f} us ({moves or 'as written'}): {exc}")
-                continue
-            if checked[2] is None or checked[2].verdict() == "OK":
-                return record, checked, tuple(turned_down)
-            if fallback is None:
-                fallback = (record, tuple(turned_down))
-                moves = " + ".join(m.name for m in problem.variants[index].moves) or "as written"
-                turned_down.append(f"{(record.latency_ns or 0) / 1e3:,.1f} us ({moves}): {checked[2].verdict()}")
-                pool += islice(ranked, CANDIDATES_AT_MOST - 1) if not first_failure else ()
-            pool = [c for c in pool if int(c.point.get("variant", 0)) != index]  # another variant's kernels
-        if fallback is not None:  # written again: a later check may have written over its --out
-            return fallback[0], checked_kernel(dict(fallback[0].point)), fallback[1]
+            else:
+                if checked[2] is None or checked[2].verdict() == "OK":
+                    return record, checked, tuple(turned_down)
+                fallback, why = fallback or (record, checked, tuple(turned_down)), checked[2].verdict()
+                only_as_written.add(index)
+            moves = " + ".join(m.name for m in problem.variants[index].moves) or "as written"
+            turned_down.append(f"{(record.latency_ns or 0) / 1e3:,.1f} us ({moves}): {why}")
+            if not widened:
+                pool, widened = pool + list(islice(ranked, CANDIDATES_AT_MOST - 1)), True
+            pool = [c for c in pool if int(c.point.get("variant", 0)) not in only_as_written]
+        if fallback is not None:  # a later check may have written over its --out: written again, not checked again
+            record, (cand, numerics, adversarial, kernel_path), down = fallback
+            write_kernel_file(kernel_path, delivered(cand, problem, dict(record.point), r))
+            return record, (cand, numerics, adversarial, kernel_path), down
         if not turned_down:
             raise AxonError(f"{w.name}: no measured kernel is emitted by the current code")
         others = f"; so do the next {len(turned_down) - 1} kernels checked" if len(turned_down) > 1 else ""
