@@ -40,13 +40,25 @@ def test_show_and_check():
 
 
 def test_check_of_a_spec_with_non_finite_outputs_exits_1(tmp_path):
-    """sqrt(x) on inputs in [-1, 1]: `axon check` printed "finite NO" and exited 0 (click handed its
-    Exit(1) back as a value the entry point dropped)."""
+    """exp(1000 x) overflows on the check's inputs: `axon check` printed "finite NO" and exited 0 (click
+    handed its Exit(1) back as a value the entry point dropped)."""
+    (tmp_path / "big.py").write_text(
+        'import axon.spec as ax\n\n\n@ax.spec(x="M N")\ndef big(x):\n    return ax.exp(x * 1000.0)\n'
+    )
+    result = axon_in_process("check", f"{tmp_path}/big.py:big", "--shape", "M=4,N=8")
+    assert "finite NO" in result.stdout and result.returncode == 1, (result.returncode, result.stderr)
+
+
+def test_check_of_a_spec_undefined_on_negatives_says_so_and_evaluates_where_the_tuner_checks(tmp_path):
+    """sqrt(x) without a declared range: `axon check` evaluated it on [-1, 1] only and said "finite NO",
+    while the tuner checks its kernels on [0.05, 1] there (reference_case)."""
     (tmp_path / "roots.py").write_text(
         'import axon.spec as ax\n\n\n@ax.spec(x="M N")\ndef roots(x):\n    return ax.sqrt(x)\n'
     )
     result = axon_in_process("check", f"{tmp_path}/roots.py:roots", "--shape", "M=4,N=8")
-    assert "finite NO" in result.stdout and result.returncode == 1, (result.returncode, result.stderr)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "NaN in out on inputs in [-1, 1]" in result.stdout and "evaluated on [0.05, 1]" in result.stdout
+    assert "range=(lo, hi)" in result.stdout and "finite yes" in result.stdout
 
 
 def test_unknown_workload_suggests():
