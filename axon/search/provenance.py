@@ -134,7 +134,7 @@ def verify(path: str | Path) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="axon-verify-") as kernels:
         numerics = numerics_check(problem, point, seed=0, directory=kernels)
         adversarial = adversarial_check(problem, point, kernels, seed=0)
-    lines.append(f"numerics: max rel err {numerics.max_rel_err:.2e} (tolerance {numerics.tolerance:.0e})")
+    lines.append(f"numerics: max rel err {numerics.max_rel_err:.2e} {numerics.describe()} {numerics.verdict()}")
     if not numerics.ok:
         failures.append(f"numerics: max rel err {numerics.max_rel_err:.2e} over {numerics.tolerance:.0e}")
     lines.append(f"adversarial: {adversarial.verdict() if adversarial.ok else adversarial.failure()}")

@@ -72,8 +72,7 @@ class TuneReport:
         if self.numerics is not None:
             lines.append(
                 f"  numerics: emulator vs float64 reference at {self.numerics.dims}: max rel err "
-                f"{self.numerics.max_rel_err:.2e} {self.numerics.describe()} "
-                f"{'OK' if self.numerics.ok else 'FAILED'}"
+                f"{self.numerics.max_rel_err:.2e} {self.numerics.describe()} {self.numerics.verdict()}"
             )
         if self.adversarial is not None:
             lines.append(
