@@ -32,12 +32,17 @@ def verified_variants(
     max_variants: int = 24,
     rejected: list[Any] | None = None,
     stopped: list[str] | None = None,
+    budget_s: float = 50.0,
+    until: str | None = None,
 ) -> list[Any]:
     """The graph's variants whose every move was proved and that pass the floating-point gate in the
     graph's dtype (`axon.verify.floating.screen`; the original first). Rejections are appended to
     `rejected` when given, and to `stopped` why the search took long (over `SLOW_DISCOVERY_S`: proofs
-    that ran out their timeout) or ended early (its time budget)."""
-    discovery = discover(graph, max_depth=depth, max_variants=max_variants, exclude=TUNING_EXCLUDED_MOVES)
+    that ran out their timeout) or ended early (its time budget, `budget_s`). `until`: stop at the
+    variant of that hash (see `discover`)."""
+    discovery = discover(
+        graph, max_depth=depth, max_variants=max_variants, budget_s=budget_s, exclude=TUNING_EXCLUDED_MOVES, until=until
+    )
     found = discovery.variants
     cut = discovery.stopped and len(found) < max_variants  # the cap is tune's own choice, not a cut
     if stopped is not None and (cut or discovery.time_s > SLOW_DISCOVERY_S):

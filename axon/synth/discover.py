@@ -67,10 +67,13 @@ def discover(
     max_variants: int = 200,
     budget_s: float = 50.0,
     exclude: frozenset[str] = frozenset(),
+    until: str | None = None,
 ) -> Discovery:
     """Breadth-first search to `max_depth` moves; at most `max_variants` variants, `budget_s` seconds.
 
     `exclude` names moves not to use (e.g. `{"split-tiles"}` for a consumer that cannot lower reshapes).
+    `until`: stop once the variant of that hash is kept. The search's order does not depend on the
+    clock, so the variants found up to it are those a search cut by its budget later found first.
 
     >>> from axon.workloads import get
     >>> d = discover(get("softmax").symbolic(), max_depth=1)
@@ -82,7 +85,7 @@ def discover(
     kept = [root]
     seen = {root.hash}
     attempts: list[Attempt] = []
-    frontier = [root]
+    frontier = [] if root.hash == until else [root]
     for _ in range(max_depth):
         nxt: list[Variant] = []
         for parent in frontier:
@@ -106,6 +109,8 @@ def discover(
                     child = Variant(candidate, parent.moves + (move,), parent.proofs + (result,), h)
                     kept.append(child)
                     nxt.append(child)
+                    if child.hash == until:
+                        return Discovery(tuple(kept), tuple(attempts), time.perf_counter() - start)
         frontier = nxt
     return Discovery(tuple(kept), tuple(attempts), time.perf_counter() - start)
 

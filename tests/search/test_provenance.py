@@ -75,3 +75,30 @@ def test_each_move_of_the_kernels_variant_is_proved_again(tmp_path):
     yaml.write_text(yaml.read_text() + "\n# recalibrated\n")
     with pytest.raises(SpecError, match="gone or has changed"):
         verify(path)
+
+
+def test_a_variant_found_past_the_discovery_budget_of_a_slower_machine_still_verifies(tmp_path, monkeypatch):
+    # verify ran discovery under tune's 50 s budget: a kernel whose variant a tune found late was
+    # "not found again" when the verifying machine was slower; the search's order does not depend on
+    # the clock, so verify searches without a budget and stops at the variant
+    from axon.search import variants as variants_module
+    from axon.synth.discover import discover
+
+    graph = workload_graph(get("rmsnorm_matmul"), "small", "float32", None)
+    variants = verified_variants(graph)
+    index = max(i for i, v in enumerate(variants) if v.moves)
+    upto = verified_variants(graph, budget_s=float("inf"), until=variants[index].hash)
+    assert [v.hash for v in upto] == [v.hash for v in variants[: index + 1]]
+    assert len(verified_variants(graph, budget_s=0.0)) == 1  # a cut search: the spec as written alone
+    problem = LoweredProblem("rmsnorm_matmul", graph, load_hw("trn1"), variants, "float32")
+    point = problem.default_point(index)
+    path = tmp_path / "k.py"
+    request = SimpleNamespace(workload="rmsnorm_matmul", preset="small", depth=4)
+    path.write_text(delivered(problem.build(point), problem, point, request))
+
+    def slow_machine(*args, budget_s=50.0, **kwargs):
+        return discover(*args, budget_s=0.0 if budget_s == 50.0 else budget_s, **kwargs)
+
+    monkeypatch.setattr(variants_module, "discover", slow_machine)
+    verdict = verify(path)
+    assert verdict.ok, verdict
