@@ -23,6 +23,7 @@ from axon.lower.emit import with_shape_guard
 from axon.options import format_sizes
 from axon.search.checks import adversarial_check, numerics_check
 from axon.search.family import Family, FamilyProblems, size, span
+from axon.search.provenance import delivered
 from axon.track import Tracker
 
 
@@ -69,9 +70,16 @@ def _tag(dims: dict[str, int]) -> str:
 
 
 def write_module(
-    family: Family, problems: FamilyProblems, out: Path, checks: list[BoundaryCheck], hw: str, run_id: str = ""
+    family: Family,
+    problems: FamilyProblems,
+    out: Path,
+    checks: list[BoundaryCheck],
+    hw: str,
+    run_id: str = "",
+    request: Any = None,
 ) -> Path:
-    """Write OUT/<workload>_family.py and OUT/kernels/; return the module's path."""
+    """Write OUT/<workload>_family.py and OUT/kernels/; return the module's path. With the tune's
+    `request`, each kernel file ends with the block `axon verify FILE` checks it again from."""
     kernels = out / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)
     graph = problems.graph
@@ -82,7 +90,11 @@ def write_module(
         cand = problems(row.dims).build(family.schedules[row.schedule])
         kernel_name = cand.kernel
         path = kernels / f"{cand.kernel}_{_tag(row.dims)}.py"
-        path.write_text(with_shape_guard(cand.source, cand.kernel, cand.inputs))
+        if request is None:
+            path.write_text(with_shape_guard(cand.source, cand.kernel, cand.inputs))
+        else:
+            point = family.schedules[row.schedule]
+            path.write_text(delivered(cand, problems(row.dims), point, request, dict(graph.bindings)))
         key = tuple(row.dims[k] for k in sorted(row.dims))
         table[key] = (f"kernels/{path.name}", cand.kernel, row.schedule)
         bound = problems(row.dims).graph  # each input's concrete shape: a dimension may be "KV*G" or "D/2"

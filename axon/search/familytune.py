@@ -142,7 +142,7 @@ def tune_family(
             "cost_model": request.cost_model or "",
         }
         run_id = log_family(tracker, family, checks, plot, params)
-    module = write_module(family, problems, out, checks, _hw_ref(request.hw), run_id)
+    module = write_module(family, problems, out, checks, _hw_ref(request.hw), run_id, request)
     if failed:
         c = failed[0]
         raise AxonError(

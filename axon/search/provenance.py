@@ -9,6 +9,7 @@ again, discovers and proves its variants again (each move with Z3, as tune does)
 by id, lowers the point again and compares the code with the file's, byte for byte, then runs the
 numerics and adversarial checks in the emulator. The block is written with the file, not part of
 the kernel measured: the kernel's hash (records, the results table) is that of the code alone.
+A family's kernel files carry it too, with the shape its variants were found at (`variants_shape`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,12 @@ def spec_ref(workload: str) -> str:
     return workload
 
 
-def delivered(cand: Any, problem: LoweredProblem, point: dict[str, Any], request: Any) -> str:
-    """The kernel file's text: the kernel with its shape assertion, then the block `verify` reads."""
+def delivered(
+    cand: Any, problem: LoweredProblem, point: dict[str, Any], request: Any, variants_shape: dict | None = None
+) -> str:
+    """The kernel file's text: the kernel with its shape assertion, then the block `verify` reads.
+    `variants_shape`: the shape the variants were discovered at when not the kernel's (a family's
+    kernels are its variants, found once at the range's largest shape, bound to each served shape)."""
     variant = problem.variants[int(point.get("variant", 0))]
     info = {
         "workload": spec_ref(request.workload),
@@ -55,6 +60,8 @@ def delivered(cand: Any, problem: LoweredProblem, point: dict[str, Any], request
         "variant": variant.hash,
         "moves": [m.name for m in variant.moves],
     }
+    if variants_shape is not None and dict(variants_shape) != info["shape"]:
+        info["variants_shape"] = dict(variants_shape)
     lines = [MARKER, "# " + json.dumps(info, sort_keys=True)]
     for move, proof in zip(variant.moves, variant.proofs):
         cert = " ".join(str(proof.certificate).split())[:400]
@@ -81,7 +88,7 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
     if not sep:
         raise SpecError(
             f"{path}: not a kernel file axon tune wrote (no '{MARKER[2:40]}...' block): "
-            "only those say how they were made (a family's kernels: verify the family by tuning it again)"
+            "only those say how they were made (a family's are its kernels/*.py files)"
         )
     try:
         info = json.loads(block.splitlines()[0][2:])
@@ -111,7 +118,8 @@ def verify(path: str | Path) -> Verdict:
     code, info = _read(path)
     hw = _hardware(info, path)
     w = get(info["workload"])
-    graph = workload_graph(w, info["preset"], info["dtype"], info["shape"])
+    found_at = info.get("variants_shape") or info["shape"]
+    graph = workload_graph(w, info["preset"], info["dtype"], found_at)
     # no time budget (a tune's discovery cut at its 50 s on a busy machine would make a kernel found late
     # "not found again" on a slower one): the search stops at the variant, which it reaches in the order
     # the tune did
@@ -124,6 +132,9 @@ def verify(path: str | Path) -> Verdict:
             f"variant {info['variant'][:8]} ({' + '.join(info['moves']) or 'as written'}) is not found again"
         )
         return Verdict(tuple(lines), tuple(failures))
+    if found_at != info["shape"]:  # a family's kernel: the variants bound to its shape, as the family does
+        graph = graph.bind(**info["shape"])
+        variants = [replace(v, graph=v.graph.bind(**info["shape"])) for v in variants]
     variant = variants[index]
     for move, proof in zip(variant.moves, variant.proofs):
         lines.append(f"proved again: {move.name} ({proof.method}, {proof.time_s * 1e3:.1f} ms)")

@@ -138,6 +138,23 @@ def family(tmp_path_factory):
     return fam, problems, tmp
 
 
+def test_a_family_kernel_file_says_how_it_was_made_and_verifies(family):
+    # a family's kernel files had no provenance block: `axon verify` refused them ("not a kernel file axon
+    # tune wrote"); their variants are found once, at the range's largest shape, and bound to each shape
+    from types import SimpleNamespace
+
+    from axon.search.provenance import verify
+
+    fam, problems, tmp = family
+    request = SimpleNamespace(workload="rmsnorm_matmul", preset="small", depth=0)
+    write_module(fam, problems, tmp / "verified", [], "trn1", request=request)
+    path = tmp / "verified" / "kernels" / "rmsnorm_matmul_K256_M200_N512.py"  # a partial row tile
+    assert '"variants_shape": {"K": 256, "M": 256, "N": 512}' in path.read_text()
+    verdict = verify(path)
+    assert verdict.ok, verdict
+    assert verdict.lines[0] == "spec rmsnorm_matmul at {'K': 256, 'M': 200, 'N': 512} float32 on trn1"
+
+
 def test_family_serves_every_shape_and_measures_none_held_out(family):
     fam, _, _ = family
     assert [r.dims["M"] for r in fam.rows] == [128, 200, 384]
