@@ -504,7 +504,7 @@ def report(points, sims, fitted, start, frac, loo, secs, save: bool = True, no_f
         f"- Leave-one-kernel-out (measured kernels): median |log ratio| {loo_median:.3f}, max {loo_max:.3f}"
         f" ({math.exp(-loo_max):.2f}x-{math.exp(loo_max):.2f}x)."
         if loo
-        else "- Leave-one-kernel-out: not computed (`--no-fit` reports the hardware files' constants, fits nothing).",
+        else "- Leave-one-kernel-out: not computed (`--no-fit` fits nothing, `--quick` fits once).",
         f"- HBM bytes: worst error {100 * hbm_worst:.1f}% of the profiler's;"
         f" engine active fractions: worst error {frac_worst:.2f}.",
         f"- Published order (matmul v1 > v2 > v3 > v4, layernorm v1 > v2) kept: {'yes' if pub_ok else 'no'};"
