@@ -185,14 +185,14 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def stop_ui(proc: subprocess.Popen) -> None:
+def stop_ui(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     """Stop the MLflow server and every process under it (uvicorn and anything it started).
 
     The process tree is read before any signal, so a child that left the server's session or
     was re-parented when the server exited is still stopped: SIGTERM (uvicorn and the server exit
-    on it within ~1 s, on SIGINT in ~3 s), then SIGKILL 5 s later, until none is left."""
+    on it within ~1 s, on SIGINT in ~3 s), then SIGKILL `grace_s` later, until none is left."""
     pids = {proc.pid} | _descendants(proc.pid)
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         for pid in pids:
             try:
                 os.kill(pid, sig)

@@ -246,7 +246,9 @@ def map_refs(stmts: Any, ref: Callable[[Ref], Ref], drop: Callable[[Stmt], bool]
             args = tuple((k, ref(v) if isinstance(v, Ref) else v) for k, v in s.args)
             dst = ref(s.dst)
             same = dst is s.dst and all(a[1] is b[1] for a, b in zip(args, s.args))
-            out.append(s if same else replace(s, dst=dst, args=args))  # untouched statements stay shared
+            # untouched statements stay shared; a changed one built field by field (`replace` takes
+            # longer than the rest of a pass's buffer sharing, tens of thousands of times a tune)
+            out.append(s if same else TileInstr(s.opcode, s.engine, dst, args, s.comment))
         else:
             out.append(s)
     return out
@@ -274,6 +276,6 @@ def share_buffers(stmts: list[Stmt], allocs: list[Tensor], kernel: list[Tensor])
 
     def ref(r: Ref) -> Ref:
         name = rename.get(r.tensor)
-        return r if name is None else replace(r, tensor=name)
+        return r if name is None else Ref(name, r.index, r.reshape)
 
     return map_refs(stmts, ref, drop=lambda s: isinstance(s, TileAlloc) and s.tensor.name in rename)

@@ -26,28 +26,10 @@ from axon.synth.groups import Alternative, FusedGroup, Leaf, Step, _node_value, 
 from axon.verify import Z3Math
 
 ALU_OPS = ("add", "subtract", "multiply", "divide")
-_IR_TO_ALU = {
-    "add": "add",
-    "sub": "subtract",
-    "mul": "multiply",
-    "div": "divide",
-    "maximum": "maximum",
-    "minimum": "minimum",
-}
-_IR_TO_ACT = {
-    "exp": "exp",
-    "log": "log",
-    "sqrt": "sqrt",
-    "rsqrt": "rsqrt",
-    "tanh": "tanh",
-    "sigmoid": "sigmoid",
-    "silu": "silu",
-    "gelu": "gelu_apprx_tanh",
-    "relu": "relu",
-    "square": "square",
-    "abs": "abs",
-    "reciprocal": "reciprocal",
-}
+_IR_TO_ALU = dict(add="add", sub="subtract", mul="multiply", div="divide", maximum="maximum", minimum="minimum")
+# the activation functions the ISA names as the IR does, and gelu (its tanh approximation, as `ax.gelu`)
+_SAME_ACTS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu", "relu", "square", "abs", "reciprocal")
+_IR_TO_ACT = {op: op for op in _SAME_ACTS} | {"gelu": "gelu_apprx_tanh"}
 _PREP_ACTS = ("rsqrt", "reciprocal", "sqrt")
 # The most IR ops one instruction computes: activation(op, data * scale + bias) is three, and a
 # per-row prep may add one. Larger pieces are not searched (no form could match them).
@@ -179,7 +161,9 @@ class _Checker:
         self.proved: list[str] = []
         self.checks = 0
         self.max_checks = 0  # 0: no limit
-        self._wants: dict[tuple[int, int], tuple[Any, Any, Any, bool]] = {}  # (piece, base env) -> its value
+        self._wants: dict[tuple[int, int], tuple[Any, ...]] = {}  # (piece, base env) -> its value, tolerance
+        # (base env, steps before the last) -> (base, operand values): a prep recurs before every candidate
+        self._prefixes: dict[tuple[int, tuple[Step, ...]], tuple[Any, dict[Any, Any]]] = {}
 
     def out_of_time(self) -> bool:
         """The search budget is counted in candidates checked, not seconds, so that the same group
@@ -188,17 +172,29 @@ class _Checker:
         return bool(self.max_checks) and self.checks >= self.max_checks
 
     def numeric(self, piece: _Piece, steps: list[Step], base: Mapping[int, Any]) -> bool:
+        """Whether `steps` compute the piece on the random values (called under `synthesize_instructions`'s
+        np.errstate: NaN and overflow are values compared here)."""
         self.checks += 1
-        env = dict(base)
         # the piece's own value is the same for every candidate checked against it: computed once
         known = self._wants.get((id(piece), id(base)))
         if known is None or known[0] is not piece or known[1] is not base:
-            want = _node_value(self.np, self.group.graph, piece.root, dict(env))
-            known = self._wants[(id(piece), id(base))] = (piece, base, want, bool(np.isfinite(want).all()))
-        want, finite = known[2], known[3]
-        with np.errstate(all="ignore"):
-            vals = self._run(self.np, steps, env)
-            return finite and _close(vals, want)
+            want = _node_value(self.np, self.group.graph, piece.root, dict(base))
+            finite = bool(np.isfinite(want).all())
+            known = self._wants[(id(piece), id(base))] = (piece, base, want, finite, 1e-12 + 1e-9 * np.abs(want))
+        vals = step_value(self.np, steps[-1], self._operands(steps[:-1], base))
+        return known[3] and _close(vals, known[2], known[4])
+
+    def _operands(self, prefix: list[Step], base: Mapping[int, Any]) -> dict[Any, Any]:
+        """The inputs and the values of the steps before the last (as `_run` has them), kept per base
+        env and prefix (the base is held, so that its id stays its own)."""
+        key = (id(base), tuple(prefix))
+        known = self._prefixes.get(key)
+        if known is None or known[0] is not base:
+            local = {("in", k): v for k, v in base.items()}
+            for i, s in enumerate(prefix):
+                local[("step", i)] = step_value(self.np, s, local)
+            known = self._prefixes[key] = (base, local)
+        return known[1]
 
     def _run(self, m: Any, steps: list[Step], env: dict[Any, Any]) -> Any:
         local = {("in", k): v for k, v in env.items()}
@@ -232,11 +228,11 @@ class _Checker:
         return s.check() == z3.unsat
 
 
-def _close(vals: Any, want: Any) -> bool:
-    """`np.allclose(vals, want, rtol=1e-9, atol=1e-12)` for a finite `want`, written out: on the six
-    values of a check, allclose's own overhead was half of what instruction synthesis costs a tune.
-    The caller silences NaN comparisons (a NaN in `vals` is simply not close)."""
-    return bool((np.abs(np.subtract(vals, want)) <= 1e-12 + 1e-9 * np.abs(want)).all())
+def _close(vals: Any, want: Any, tol: Any) -> bool:
+    """`np.allclose(vals, want, rtol=1e-9, atol=1e-12)` for a finite `want` (`tol` = 1e-12 + 1e-9 |want|,
+    computed once per piece), written out: on the six values of a check, allclose's own overhead was
+    half of what instruction synthesis costs a tune. A NaN in `vals` is simply not close."""
+    return bool((np.abs(np.subtract(vals, want)) <= tol).all())
 
 
 def _divisors(e: Any) -> list[Any]:

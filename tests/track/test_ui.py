@@ -154,7 +154,9 @@ def test_stop_ui_stops_children_that_left_the_session(tmp_path):
         time.sleep(0.05)
     children = _descendants(proc.pid)
     assert len(children) == 1
-    stop_ui(proc)
+    # the grandchild ignores SIGTERM, so it is stopped only by the SIGKILL after the grace: 0.5 s of
+    # it here (the default 5 s is for a real server's shutdown, which nothing here has)
+    stop_ui(proc, grace_s=0.5)
     assert proc.poll() is not None
     assert not any(pid_alive(pid) for pid in children)
 
