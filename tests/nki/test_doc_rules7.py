@@ -1,0 +1,142 @@
+"""Seventh round of reference-page rules: loop-carried dependencies in nl.affine_range loops
+(nki.language.affine_range: iterations independent except associative reductions), dma_copy's
+`dst = src` of equal shapes, nl.logical_* and nl.mod/fmod (`%`), abs() of a tile."""
+
+import numpy as np
+import pytest
+
+import axon.nki
+from axon.errors import NKIError
+
+A = (np.arange(128 * 8, dtype=np.float32).reshape(128, 8) % 7) / 10
+CARRIED = (
+    r"loop-carried dependency in nl\.affine_range: .* affine_range loop at test_doc_rules7\.py:\d+"
+    r".*nl\.sequential_range"
+)
+
+
+def _chain(loop):
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        for _ in getattr(nl, loop)(3):
+            t = nl.exp(t)  # t = f(t): each iteration reads what the one before produced
+        nl.store(out, value=t)
+        return out
+
+    return k
+
+
+def test_a_value_carried_through_an_affine_range_is_refused_and_runs_sequentially():
+    with pytest.raises(NKIError, match=CARRIED):
+        axon.nki.run(_chain("affine_range"), A)
+    np.testing.assert_allclose(axon.nki.run(_chain("sequential_range"), A), np.exp(np.exp(np.exp(A))), rtol=1e-5)
+
+
+def test_a_current_api_kernel_unrolls_its_affine_range_in_order():
+    # nki 0.x unrolls every loop but dynamic_range (NKI.md): a value carried across is its data flow
+    def k(a):
+        import nki.isa as nisa
+        import nki.language as nl
+
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        for _ in nl.affine_range(3):
+            nisa.activation(dst=t, op=nl.exp, data=t)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_allclose(axon.nki.run(k, A), np.exp(np.exp(np.exp(A))), rtol=1e-5)
+
+
+def test_an_affine_iteration_reading_the_tile_slice_the_previous_one_wrote_is_refused():
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        out = nl.ndarray((128, 32), nl.float32, buffer=nl.shared_hbm)
+        buf = nl.ndarray((128, 32), nl.float32, buffer=nl.sbuf)
+        buf[:, 0:8] = nl.load(a)
+        for i in nl.affine_range(1, 4):
+            buf[:, nl.ds(i * 8, 8)] = nl.multiply(buf[:, nl.ds((i - 1) * 8, 8)], 2.0)
+        nl.store(out, value=buf)
+        return out
+
+    with pytest.raises(NKIError, match=r"reads data .* in iteration 2 of .* its iteration 1 wrote"):
+        axon.nki.run(k, A)
+
+
+def test_an_affine_iteration_loading_what_the_previous_one_stored_to_hbm_is_refused():
+    def k(a):
+        import neuronxcc.nki.language as nl
+
+        out = nl.ndarray((3, 128, 8), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out[0], value=nl.load(a))
+        for i in nl.affine_range(1, 3):
+            nl.store(out[i], value=nl.load(out[i - 1]))
+        return out
+
+    with pytest.raises(NKIError, match=CARRIED):
+        axon.nki.run(k, A)
+
+
+def test_a_block_of_a_block_tensor_read_in_the_next_affine_iteration_is_refused():
+    def k(a, carried):
+        import neuronxcc.nki.language as nl
+
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        blocks = nl.ndarray((4, nl.par_dim(128), 8), nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(4):
+            blocks[i] = nl.load(a)  # each block a tile of its own, first written in its iteration
+            src = blocks[i - 1] if carried and i > 0 else blocks[i]
+            nl.store(out, value=nl.exp(src))
+        return out
+
+    np.testing.assert_allclose(axon.nki.run(k, A, False), np.exp(A), rtol=1e-6)
+    with pytest.raises(NKIError, match=r"reads data .* in iteration 1 of .* its iteration 0 wrote"):
+        axon.nki.run(k, A, True)
+
+
+def test_accumulations_the_docs_allow_in_an_affine_range_run():
+    def k(a, w):
+        import neuronxcc.nki.language as nl
+
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 8), nl.float32, buffer=nl.sbuf)
+        acc2 = nl.zeros((128, 8), nl.float32, buffer=nl.sbuf)
+        hi = nl.full((128, 8), -1e30, nl.float32, buffer=nl.sbuf)
+        psum = nl.zeros((128, 8), nl.float32, buffer=nl.psum)
+        for _ in nl.affine_range(3):
+            x = nl.load(a)
+            acc += x  # in place
+            acc2[...] = nl.add(acc2, x)  # assigned back over what it read
+            hi = nl.maximum(hi, x)  # rebound, as nl.loop_reduce's own example
+            psum += nl.matmul(nl.load(w), x, transpose_x=True)  # matmul accumulation
+        t = nl.add(nl.add(acc, acc2), nl.add(hi, psum))
+        nl.store(out, value=t)
+        return out
+
+    w = np.eye(128, dtype=np.float32)
+    got = axon.nki.run(k, A, w)
+    np.testing.assert_allclose(got, 3 * A + 3 * A + A + 3 * A, rtol=1e-5)
+
+
+def test_a_current_api_in_place_accumulation_and_nested_loops_reading_outer_data_run():
+    def k(a):
+        import nki.isa as nisa
+        import nki.language as nl
+
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        for _ in nl.affine_range(2):
+            x = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)  # written in the outer iteration, read by the inner loop
+            for _ in nl.affine_range(2):
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=x, op=nl.add)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    np.testing.assert_allclose(axon.nki.run(k, A), 4 * A, rtol=1e-6)
