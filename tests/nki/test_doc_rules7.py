@@ -140,3 +140,18 @@ def test_a_current_api_in_place_accumulation_and_nested_loops_reading_outer_data
         return out
 
     np.testing.assert_allclose(axon.nki.run(k, A), 4 * A, rtol=1e-6)
+
+
+def test_dma_copy_refuses_a_source_of_another_shape_with_as_many_elements():
+    def k(a, shape):
+        import nki.isa as nisa
+        import nki.language as nl
+
+        out = nl.ndarray(shape, nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    with pytest.raises(NKIError, match=r"shape mismatch: dma_copy of a \[4, 8\] source into a \[8, 4\]"):
+        axon.nki.run(k, a, (8, 4))
+    np.testing.assert_array_equal(axon.nki.run(k, a, (1, 4, 8)), a[None])  # axes of 1 are no reshape
