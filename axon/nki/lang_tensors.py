@@ -18,8 +18,8 @@ from axon.nki.memory import View
 # one up is an NKIError naming it (`language.__getattr__`), never an opaque AttributeError.
 NOT_EMULATED = (
     "sign sin cos tan arctan ceil floor trunc abs_max abs_min erf erf_dx gelu_dx gelu_apprx_sigmoid "
-    "gelu_apprx_sigmoid_dx silu_dx mish softplus dropout rms_norm all logical_and logical_or logical_xor "
-    "logical_not expand_dims gather_flattened atomic_rmw rand random_seed"
+    "gelu_apprx_sigmoid_dx silu_dx mish softplus dropout rms_norm all "
+    "expand_dims gather_flattened atomic_rmw rand random_seed"
 ).split()
 
 

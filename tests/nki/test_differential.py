@@ -1125,6 +1125,19 @@ def test_language_invert(P, Fs, seed):
 
 
 @SETTINGS
+@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2**16))
+def test_language_logical_not(P, Fs, dtype, seed):
+    """nl.logical_not(x): 1 where x is 0 (false), else 0, in x's dtype (nki.language.logical_not,
+    numpy.logical_not; "inputs should be boolean-like")."""
+    import neuronxcc.nki.language as nl
+
+    x = np.round(_rand(seed, (P, Fs), -1.0, 1.0, dtype)).astype(dtype)
+    (got,) = run_legacy(lambda t: [nl.logical_not(t[0])], [x])
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(_f64(got), np.logical_not(_f64(x)).astype(np.float64))
+
+
+@SETTINGS
 @given(P=partitions, Fs=free_sizes, scale=st.sampled_from([1.0, 60.0]), seed=st.integers(0, 2**16))
 def test_language_softmax(P, Fs, scale, seed):
     """nl.softmax(x, axis=1) = exp(x - max) / sum(exp(x - max)) (nki.language.softmax); large inputs
@@ -1372,6 +1385,7 @@ LANG_COVERED = {
     "spmd_dim": test_language_loops_and_programs,
     "static_cast": test_language_static_cast,
     "invert": test_language_invert,
+    "logical_not": test_language_logical_not,
     "softmax": test_language_softmax,
 }
 # Instructions whose test is named differently from test_{api}_{name} / test_{name}.

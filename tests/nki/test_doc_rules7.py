@@ -155,3 +155,42 @@ def test_dma_copy_refuses_a_source_of_another_shape_with_as_many_elements():
     with pytest.raises(NKIError, match=r"shape mismatch: dma_copy of a \[4, 8\] source into a \[8, 4\]"):
         axon.nki.run(k, a, (8, 4))
     np.testing.assert_array_equal(axon.nki.run(k, a, (1, 4, 8)), a[None])  # axes of 1 are no reshape
+
+
+X = np.array([[1.0, -2.0, 3.5, 0.0, -7.0]], np.float32)
+Y = np.array([[0.0, 3.0, 2.0, 0.0, 2.0]], np.float32)
+
+
+def _stored(fn):
+    def k(a, b):
+        import neuronxcc.nki.language as nl
+
+        t = fn(nl.load(a), nl.load(b), nl)
+        out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    return k
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        (lambda x, y, nl: nl.logical_and(x, y), [0, 1, 1, 0, 1]),
+        (lambda x, y, nl: nl.logical_or(x, y), [1, 1, 1, 0, 1]),
+        (lambda x, y, nl: nl.logical_xor(x, y), [1, 0, 0, 0, 0]),
+        (lambda x, y, nl: nl.logical_not(x), [0, 0, 0, 1, 0]),
+        (lambda x, y, nl: x % 2.0, [1, 0, 1.5, 0, 1]),  # Python's %: the sign of the divisor
+        (lambda x, y, nl: nl.mod(x, 2.0), [1, 0, 1.5, 0, 1]),
+        (lambda x, y, nl: nl.fmod(x, 2.0), [1, 0, 1.5, 0, -1]),  # the sign of the dividend
+        (lambda x, y, nl: abs(x), [1, 2, 3.5, 0, 7]),
+    ],
+)
+def test_logical_operators_remainders_and_abs_of_tiles(expr, expected):
+    got = axon.nki.run(_stored(expr), X, Y)
+    np.testing.assert_array_equal(got, np.array([expected], np.float32))
+
+
+def test_floor_division_of_a_tile_is_refused_by_name():
+    with pytest.raises(NKIError, match=r"floor division of a tile: .* nl\.mod"):
+        axon.nki.run(_stored(lambda x, y, nl: x // 2.0), X, Y)
