@@ -27,6 +27,7 @@ class Allocation:
         "boxes",
         "born",
         "block_born",
+        "stamped",
         "ever_written",
         "temp",
         "producer",
@@ -75,6 +76,7 @@ class Allocation:
         self.boxes: list[Any] = []
         self.born = 0  # the machine's clock when it was allocated (`axon.nki.carried`)
         self.block_born: dict[tuple[int, ...], int] = {}  # of a block tensor: per block, at its first touch
+        self.stamped = 0  # the clock of its latest stamp
         if execute:
             if par_axis:
                 # Block dimensions: often far larger than the memory they are allocated in (by

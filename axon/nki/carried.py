@@ -73,7 +73,9 @@ class MachineCarried:
 
     def birth(self, v: View) -> int:
         """When the tile `v` lies in came to be: its allocation, or for one block of a block tensor
-        (each block a tile of its own, as the compiler allocates them) the first touch of the block."""
+        (each block a tile of its own, as the compiler allocates them) the first touch of the block.
+        An operand spanning several blocks puts the partition axis after them, which no instruction
+        accepts, so it has no block of its own."""
         al = v.alloc
         pa = al.par_axis
         if al.blocks is None or pa is None or any(v.sizes[a] != 1 for a in range(pa)):
@@ -83,6 +85,7 @@ class MachineCarried:
     def stamp(self, v: View) -> None:
         if self.birth(v) >= self.windows[-1].now:
             return  # a tile of this iteration: its birth says when (`check_carried`)
+        v.alloc.root.stamped = self.clock
         st = _stamps(v.alloc)
         if st is not None:
             st[v.np_index()] = self.clock
@@ -110,6 +113,8 @@ class MachineCarried:
             born = self.birth(v)
             if born >= last:
                 continue  # allocated in this iteration: nothing in it is older
+            if born < first and v.alloc.root.stamped < first:
+                continue  # allocated before the loops and not written in them
             st = _stamps(v.alloc)
             if st is None:
                 boxes = v.alloc.root.boxes
@@ -121,9 +126,12 @@ class MachineCarried:
                 region = np.maximum(region, born)
             if region.size == 0:
                 continue
-            if region.max() < first or region.min() >= last:  # written before the loops, or just now
+            lo, hi = int(region.min()), int(region.max())
+            if hi < first or lo >= last:  # written before the loops, or just now
                 continue
             for w in windows:
+                if hi < w.begin or lo >= w.now:
+                    continue
                 hit = region[(region >= w.begin) & (region < w.now)]
                 if not hit.size:
                     continue
