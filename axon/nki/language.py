@@ -57,6 +57,7 @@ from axon.nki.lang_tensors import (
     device_print,
     dynamic_range,
     empty_like,
+    fori_loop,
     fp32,
     full,
     load,
@@ -75,6 +76,7 @@ from axon.nki.lang_tensors import (
     static_cast,
     static_range,
     store,
+    while_loop,
     zeros,
     zeros_like,
 )

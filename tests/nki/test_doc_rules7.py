@@ -107,20 +107,22 @@ def test_accumulations_the_docs_allow_in_an_affine_range_run():
         acc = nl.zeros((128, 8), nl.float32, buffer=nl.sbuf)
         acc2 = nl.zeros((128, 8), nl.float32, buffer=nl.sbuf)
         hi = nl.full((128, 8), -1e30, nl.float32, buffer=nl.sbuf)
+        row = nl.full((128, 1), -1e30, nl.float32, buffer=nl.sbuf)
         psum = nl.zeros((128, 8), nl.float32, buffer=nl.psum)
         for _ in nl.affine_range(3):
             x = nl.load(a)
             acc += x  # in place
             acc2[...] = nl.add(acc2, x)  # assigned back over what it read
             hi = nl.maximum(hi, x)  # rebound, as nl.loop_reduce's own example
+            row = nl.maximum(nl.max(x, axis=1, keepdims=True), row)  # the accumulator second (data2)
             psum += nl.matmul(nl.load(w), x, transpose_x=True)  # matmul accumulation
-        t = nl.add(nl.add(acc, acc2), nl.add(hi, psum))
+        t = nl.add(nl.add(acc, acc2), nl.add(nl.add(hi, psum), row))
         nl.store(out, value=t)
         return out
 
     w = np.eye(128, dtype=np.float32)
     got = axon.nki.run(k, A, w)
-    np.testing.assert_allclose(got, 3 * A + 3 * A + A + 3 * A, rtol=1e-5)
+    np.testing.assert_allclose(got, 3 * A + 3 * A + A + 3 * A + A.max(axis=1, keepdims=True), rtol=1e-5)
 
 
 def test_a_current_api_in_place_accumulation_and_nested_loops_reading_outer_data_run():
@@ -194,3 +196,44 @@ def test_logical_operators_remainders_and_abs_of_tiles(expr, expected):
 def test_floor_division_of_a_tile_is_refused_by_name():
     with pytest.raises(NKIError, match=r"floor division of a tile: .* nl\.mod"):
         axon.nki.run(_stored(lambda x, y, nl: x // 2.0), X, Y)
+
+
+def test_fori_loop_and_while_loop_run_their_bodies_in_order():
+    # nki.language.fori_loop / while_loop (NKI 0.7+: compiled loops; the range iterators are deprecated)
+    def k(a):
+        import nki.isa as nisa
+        import nki.language as nl
+
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+
+        def double_column(i):
+            nisa.tensor_scalar(dst=t[:, i : i + 1], data=t[:, i : i + 1], op0=nl.multiply, operand0=2.0)
+
+        nl.fori_loop(0, 8, double_column, step=2)
+
+        def add_one(r):
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+            return r - 1
+
+        nl.while_loop(3, add_one)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    want = A.copy()
+    want[:, 0::2] *= 2
+    np.testing.assert_allclose(axon.nki.run(k, A), want + 3, rtol=1e-6)
+    trace = axon.nki.trace(k, A)
+    assert [lp.kind for lp in trace.loops] == ["dynamic"]
+
+
+def test_while_loop_refuses_a_python_bool_condition():
+    def k(a):
+        import nki.language as nl
+
+        nl.while_loop(True, lambda r: 0)
+        return a
+
+    with pytest.raises(NKIError, match="Python bool"):
+        axon.nki.run(k, A)
