@@ -73,6 +73,7 @@ class ViewAliases:
         if al.data is not None:
             alias.data = al.data.transpose(perm)
             alias.written = al.written.transpose(perm)  # type: ignore[union-attr]
+            alias.stamp = None if al.stamp is None else al.stamp.transpose(perm)
         pick = lambda t: tuple(t[p] for p in perm)  # noqa: E731
         vars = None if self.vars is None else tuple(self.vars[d] for d in order)
         vpos = None if self.vpos is None else tuple(self.vpos[d] for d in order)
@@ -160,5 +161,6 @@ class ViewAliases:
         if self.alloc.data is not None:
             alias.data = self.alloc.data.reshape(alias.shape)
             alias.written = self.alloc.written.reshape(alias.shape)  # type: ignore[union-attr]
+            alias.stamp = None if self.alloc.stamp is None else self.alloc.stamp.reshape(alias.shape)
         alias.ever_written = True  # trace mode cannot follow writes through the alias: trust it
         return self.whole(alias)

@@ -23,6 +23,11 @@ class Allocation:
         "strides",
         "data",
         "written",
+        "stamp",
+        "boxes",
+        "born",
+        "block_born",
+        "stamped",
         "ever_written",
         "temp",
         "producer",
@@ -64,6 +69,14 @@ class Allocation:
         self.strides = tuple(strides)
         self.data: np.ndarray | None = None
         self.written: np.ndarray | None = None
+        # the clock of the last write inside an affine loop, per element (`axon.nki.carried`);
+        # zeroed pages cost no host memory until an affine loop writes them. An HBM tensor gets
+        # one only once a loop reads back what it wrote: until then its writes are listed in `boxes`.
+        self.stamp: np.ndarray | None = None
+        self.boxes: list[Any] = []
+        self.born = 0  # the machine's clock when it was allocated (`axon.nki.carried`)
+        self.block_born: dict[tuple[int, ...], int] = {}  # of a block tensor: per block, at its first touch
+        self.stamped = 0  # the clock of its latest stamp
         if execute:
             if par_axis:
                 # Block dimensions: often far larger than the memory they are allocated in (by
@@ -74,6 +87,8 @@ class Allocation:
                 fill = np.nan if dtype.kind == "f" or dtype in (bfloat16, float8_e4m3, float8_e5m2) else 0
                 self.data = np.full(shape, fill, dtype=dtype)
             self.written = np.zeros(shape, dtype=bool)
+            if kind != "hbm":
+                self.stamp = np.zeros(shape, dtype=np.int32)
         self.ever_written = False
         self.temp = False  # a result tile an instruction allocated itself (legacy return values)
         self.producer = -1  # index of the last instruction that wrote it
@@ -116,6 +131,8 @@ class Allocation:
         if self.data is not None:
             alias.data = np.reshape(self.data, flat, copy=False).transpose(perm)
             alias.written = np.reshape(self.written, flat, copy=False).transpose(perm)  # type: ignore[arg-type]
+            if self.stamp is not None:
+                alias.stamp = np.reshape(self.stamp, flat, copy=False).transpose(perm)
         alias.blocks, alias.block_bytes, alias.temp = self.blocks, self.block_bytes, False
         return alias
 

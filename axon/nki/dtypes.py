@@ -137,3 +137,19 @@ class par_dim(int):
     @property
     def size(self) -> int:
         return int(self)
+
+
+class _NotEmulatedDtype:
+    """An NKI dtype the emulator has no storage for: using it in a tensor is an NKIError naming it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name} (an MX x4-packed dtype of NeuronCore-v4, not emulated)"
+
+
+# MX x4-packed dtypes (nki.isa.nc_matmul_mx / quantize_mx, NeuronCore-v4): refused, never approximated.
+float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4 = (
+    _NotEmulatedDtype(n) for n in ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")
+)

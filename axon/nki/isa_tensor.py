@@ -60,6 +60,15 @@ def dma_copy(
     if _empty(dst, src):
         return dst
     _same_count(m, dst, src, "dma_copy", site)
+    if _squeezed(dst.shape) != _squeezed(src.shape):
+        # dst = src elementwise (nki.isa.dma_copy), as NumPy assigns: a [4, 8] source into an
+        # [8, 4] destination is no copy but a reshape, which a kernel spells on the HBM view
+        raise m.fail(
+            "shape mismatch",
+            f"dma_copy of a {list(src.shape)} source into a {list(dst.shape)} destination: the shapes "
+            "must match (reshape the HBM tensor, or slice, to the tile's shape)",
+            site,
+        )
     if isa:
         _no_psum(m, "dma_copy", dst, src, site)
     rmw = op_name(dst_rmw_op)
@@ -80,6 +89,10 @@ def dma_copy(
         site,
         m,
     )
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(s for s in shape if s != 1)
 
 
 def dma_transpose(

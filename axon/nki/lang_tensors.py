@@ -18,8 +18,8 @@ from axon.nki.memory import View
 # one up is an NKIError naming it (`language.__getattr__`), never an opaque AttributeError.
 NOT_EMULATED = (
     "sign sin cos tan arctan ceil floor trunc abs_max abs_min erf erf_dx gelu_dx gelu_apprx_sigmoid "
-    "gelu_apprx_sigmoid_dx silu_dx mish softplus dropout rms_norm all logical_and logical_or logical_xor "
-    "logical_not expand_dims gather_flattened atomic_rmw rand random_seed"
+    "gelu_apprx_sigmoid_dx silu_dx mish softplus dropout rms_norm all "
+    "expand_dims gather_flattened atomic_rmw rand random_seed"
 ).split()
 
 
@@ -154,6 +154,35 @@ def static_range(*args: int, **_: Any) -> Any:
 
 def dynamic_range(*args: int, **_: Any) -> Any:
     return _range("dynamic", args)
+
+
+def _scalar(call: str, value: Any) -> int:
+    """A loop bound or condition the emulator can hold: a Python or NumPy integer (a value in a
+    register, `nisa.register_load`, is not emulated)."""
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    raise active().fail(f"nl.{call}", f"{value!r} is no integer: bounds and conditions in registers are not emulated")
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Any, step: int = 1, unroll: Any = None) -> None:
+    """`nl.fori_loop(lower, upper, body_fun, step=1, unroll=None)`: body_fun(i) for each i in
+    range(lower, upper, step), a compiled loop (nki.language.fori_loop, NKI 0.7+); unroll=True
+    unrolls it at compile time."""
+    if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step <= 0:
+        raise active().fail("nl.fori_loop", f"step={step!r}: a compile-time positive integer")
+    bounds = (_scalar("fori_loop", lower), _scalar("fori_loop", upper), int(step))
+    for i in _range("static" if unroll else "dynamic", bounds):
+        body_fun(i)
+
+
+def while_loop(init: Any, body_fun: Any) -> None:
+    """`nl.while_loop(init, body_fun)`: r = init; while r != 0: r = body_fun(r), the condition
+    checked before each iteration (nki.language.while_loop, NKI 0.7+); a Python bool init is refused."""
+    if isinstance(init, bool):
+        raise active().fail("nl.while_loop", "init is a Python bool: give an int (or an nl.int32 scalar)")
+    r = _scalar("while_loop", init)
+    while r != 0:
+        r = _scalar("while_loop", body_fun(r))
 
 
 def program_id(axis: int = 0) -> int:

@@ -21,9 +21,12 @@ from axon.nki.dtypes import (
     as_dtype,
     bfloat16,
     bool_,
+    float4_e2m1fn_x4,
     float8_e4m3,
     float8_e4m3fn,
+    float8_e4m3fn_x4,
     float8_e5m2,
+    float8_e5m2_x4,
     float16,
     float32,
     hbm,
@@ -54,6 +57,7 @@ from axon.nki.lang_tensors import (
     device_print,
     dynamic_range,
     empty_like,
+    fori_loop,
     fp32,
     full,
     load,
@@ -72,6 +76,7 @@ from axon.nki.lang_tensors import (
     static_cast,
     static_range,
     store,
+    while_loop,
     zeros,
     zeros_like,
 )
@@ -159,6 +164,9 @@ less_equal, equal, not_equal = Op("less_equal", "alu"), Op("equal", "alu"), Op("
 bypass = Op("bypass", "alu")
 # bitvec operators (integer tiles, Vector Engine); np.bitwise_and etc. name the same ops
 bitwise_and, bitwise_or = Op("bitwise_and", "bitvec"), Op("bitwise_or", "bitvec")
+# logical operators (1/0 of boolean-like inputs) and remainders (nki.language.logical_and, mod, fmod)
+logical_and, logical_or, logical_xor = Op("logical_and", "alu"), Op("logical_or", "alu"), Op("logical_xor", "alu")
+mod, fmod = Op("mod", "alu"), Op("fmod", "alu")
 bitwise_xor, left_shift, right_shift = (
     Op("bitwise_xor", "bitvec"),
     Op("left_shift", "bitvec"),
@@ -169,6 +177,11 @@ bitwise_xor, left_shift, right_shift = (
 def invert(x: View, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
     """Bitwise NOT of an integer tile (nl.invert), one VectorE tensor_scalar."""
     return I.tensor_scalar(None, x, "invert", 0, mask=_mask(mask), dtype=dtype, engine="vector")
+
+
+def logical_not(x: View, dtype: Any = None, mask: Predicate | None = None, **_: Any) -> View:
+    """1 where x is 0, else 0 (nl.logical_not), in x's dtype unless `dtype` says otherwise."""
+    return _binary("equal", x, 0, dtype=dtype or x.dtype, mask=mask)
 
 
 invert.isa_name = "invert"  # type: ignore[attr-defined]  # also usable as op= of nki.isa instructions
@@ -364,22 +377,6 @@ def _broadcast(x: View, shape: tuple[int, ...]) -> View:
     return out
 
 
-class _NotEmulatedDtype:
-    """An NKI dtype the emulator has no storage for: using it in a tensor is an NKIError naming it."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"nl.{self.name} (an MX x4-packed dtype of NeuronCore-v4, not emulated)"
-
-
-# MX x4-packed dtypes (nki.isa.nc_matmul_mx / quantize_mx, NeuronCore-v4): refused, never approximated.
-float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4 = (
-    _NotEmulatedDtype(n) for n in ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")
-)
-
-
 def __getattr__(name: str) -> Any:
     if name in NOT_EMULATED:
         raise NKIError(f"nki.language.{name} is not emulated by Axon's NKI emulator")
@@ -388,5 +385,5 @@ def __getattr__(name: str) -> Any:
 
 # the operators of views in kernel expressions (`a * b`, `x ** 2`, `t.broadcast_to(shape)`)
 _VIEW_OPS: tuple[Any, ...] = (add, subtract, multiply, divide, power, greater, greater_equal, less, less_equal, invert)
-_VIEW_OPS += (equal, not_equal, bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift)
+_VIEW_OPS += (equal, not_equal, bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift, mod, abs)
 OPERATORS.update({op.isa_name: op for op in _VIEW_OPS}, broadcast=_broadcast)

@@ -17,6 +17,7 @@ import numpy as np
 
 from axon.errors import NKIError
 from axon.nki.allocation import Allocation
+from axon.nki.carried import MachineCarried, Window
 from axon.nki.context import _ACTIVE, AutoEngine, kernel_site
 from axon.nki.machine_memory import MachineMemory
 from axon.nki.memory import View
@@ -40,7 +41,7 @@ class LoopVar(int):
         return v
 
 
-class Machine(MachineMemory, MachineOperands):
+class Machine(MachineMemory, MachineOperands, MachineCarried):
     """State of one kernel execution (execute) or tracing (trace) on one `HardwareSpec`."""
 
     def __init__(self, hw: HardwareSpec, execute: bool, kernel: str = "kernel", file: str = "") -> None:
@@ -75,6 +76,10 @@ class Machine(MachineMemory, MachineOperands):
         self.loop_limit: Any = None
         # (loop id, iteration, instructions, allocs, loops) so far at the end of each top-level iteration
         self.iteration_ends: list[tuple[int, int, int, int, int]] = []
+        self.clock = 0  # ticks as each affine loop and iteration begins (execute mode: `carried`)
+        self.windows: tuple[Window, ...] = ()
+        self.pending_carried = None
+        self.independent_iterations = True  # affine_range iterations must not depend on each other
 
     # ---- activation ----------------------------------------------------------------------------
     def __enter__(self) -> Machine:
@@ -105,14 +110,22 @@ class Machine(MachineMemory, MachineOperands):
         if self.loop_limit is not None and not outer and not self.execute:
             keep = self.loop_limit(len(r)) if callable(self.loop_limit) else self.loop_limit
             r = r[: max(1, keep)]
+        windows = self.windows
+        carried = kind == "affine" and self.execute and self.independent_iterations
+        window = self.begin_affine((file, line), r) if carried else None
         try:
             for it, value in enumerate(r):
                 self.loop_stack = outer + ((lid, kind, it),)
+                if window is not None:
+                    self.next_iteration(windows, window)
                 yield LoopVar(value, lid)
+                if window is not None:
+                    self.settle_carried()
                 if not outer:
                     self.iteration_ends.append((lid, it, len(self.instrs), len(self.allocs), len(self.loops)))
         finally:
             self.loop_stack = outer
+            self.windows = windows
 
     # ---- instructions --------------------------------------------------------------------------
     def issue(
@@ -149,6 +162,8 @@ class Machine(MachineMemory, MachineOperands):
             mask = self.check_readable(v, role, opcode, site)
             if mask is not None:
                 undefined = (undefined or []) + [(role, v, mask)]
+        if self.windows:
+            self.check_carried(opcode, attrs, reads, writes, site)
         index = len(self.instrs)
         for ops in (reads, writes):
             for _, v in ops:
@@ -205,11 +220,15 @@ class Machine(MachineMemory, MachineOperands):
                 al.last_write = View(None, v.starts, v.steps, v.sizes, v.kept)  # type: ignore[arg-type]
             if v.alloc.written is not None:
                 v.alloc.written[v.np_index()] = defined
+                if self.windows:
+                    self.stamp(v)
         return index
 
     def retarget_last(self, temp: View, dst: View, accumulate: bool) -> None:
         """Legacy `dst[...] = op(...)` / `dst += nc_matmul(...)`: the instruction that produced the
         temporary writes `dst` directly (as the NKI compiler does), instead of a copy."""
+        if self.pending_carried is not None:
+            self.settle_carried(dst)
         ins = self.instrs[-1]
         new_w = tuple(self.access(dst) if a.alloc == temp.alloc.id else a for a in ins.writes)
         reads = ins.reads + ((self.access(dst),) if accumulate else ())
@@ -246,6 +265,8 @@ class Machine(MachineMemory, MachineOperands):
                     cur = dst.alloc.data[idx]  # type: ignore[index]
                     dst.alloc.data[idx] = np.where(before, cur, fresh)  # type: ignore[index]
             dst.alloc.written[idx] = src
+            if self.windows:
+                self.stamp(dst)
         if dst.alloc.blocks is None and dst.alloc.kind != "hbm":
             root = dst.alloc.root
             root.first = ins.index if root.first < 0 else root.first

@@ -34,6 +34,7 @@ class MachineMemory:
     _ended: list[tuple[int, int, str, int, str, tuple[int, ...]]]
     peak_bytes: dict[str, int]
     capacity: dict[str, int]
+    clock: int
 
     if TYPE_CHECKING:  # Machine's, declared for the type checker only
 
@@ -67,6 +68,7 @@ class MachineMemory:
             raise self.fail("shape", "an on-chip tile needs a partition axis", site)
         alloc = Allocation(len(self.allocs), kind, name or f"t{len(self.allocs)}", shape, dtype, par_axis, self.execute)
         alloc.temp = temp
+        alloc.born = self.clock
         charged = alloc.free_bytes
         if kind != "hbm":
             pmax = self.hw.memory.partitions

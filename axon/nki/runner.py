@@ -171,17 +171,21 @@ def _resolve(kernel: Any) -> tuple[Callable[..., Any], tuple[int, ...]]:
     return kernel, ()
 
 
+def _imports_legacy(fn: Callable[..., Any]) -> bool:
+    """Whether a kernel's module imports `neuronxcc.nki`."""
+    env = getattr(fn, "__globals__", None) or {}
+    return any(
+        v is legacy_isa or (isinstance(v, types.ModuleType) and v.__name__.startswith("neuronxcc"))
+        for v in env.values()
+    )
+
+
 def _legacy_loops(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A `neuronxcc.nki` kernel with its Python `range` loops as `sequential_range`: that compiler
     replaced every `range(...)` in a kernel so (NKI docs, `nki.language.sequential_range`), which
     keeps the iterations from overlapping; the current NKI unrolls them, so its kernels stay as they are."""
     code, env = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
-    if code is None or env is None or "range" not in code.co_names:
-        return fn
-    if not any(
-        v is legacy_isa or (isinstance(v, types.ModuleType) and v.__name__.startswith("neuronxcc"))
-        for v in env.values()
-    ):
+    if code is None or env is None or "range" not in code.co_names or not _imports_legacy(fn):
         return fn
     legacy = types.FunctionType(code, {**env, "range": sequential_range}, fn.__name__, fn.__defaults__, fn.__closure__)
     legacy.__kwdefaults__ = fn.__kwdefaults__
@@ -228,6 +232,10 @@ def _execute(
     file = code.co_filename if code is not None else "<kernel>"
     machine = Machine(_hw(hw), execute, getattr(fn, "__name__", "kernel"), file)
     machine.loop_limit = loop_limit
+    # the legacy compiler keeps affine_range loops as loops it may reorder; the current one unrolls
+    # every loop but dynamic_range, in order (`axon.nki.carried`)
+    names = getattr(code, "co_names", ())
+    machine.independent_iterations = _imports_legacy(fn) or any(n.startswith("neuronxcc") for n in names)
     try:
         params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):  # pragma: no cover

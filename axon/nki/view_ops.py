@@ -148,6 +148,24 @@ class ViewOperators:
     def __invert__(self) -> Any:
         return _operator("invert")(self)
 
+    # `%` is nl.mod ("equivalent to the Python modulus x % y"), abs() nl.abs; NKI documents no
+    # floor division of tiles, so `//` is refused by name rather than a Python TypeError
+    def __mod__(self, o: Any) -> Any:
+        return self._bin(o, "mod")
+
+    def __rmod__(self, o: Any) -> Any:
+        return self._bin(o, "mod", True)
+
+    def __abs__(self) -> Any:
+        return _operator("abs")(self)
+
+    def __floordiv__(self, o: Any) -> Any:
+        detail = f"{self!r} // {o!r}: NKI has no floor division of tiles: write (x - nl.mod(x, y)) / y"
+        m = maybe_active()
+        raise m.fail("floor division of a tile", detail) if m is not None else NKIError(detail)
+
+    __rfloordiv__ = __floordiv__
+
     def __bool__(self) -> bool:
         # `if t > 0:` is a compile-time error in NKI (nki.errors err_ambiguous_tensor_truth_value): a
         # tile was always true, so the kernel silently took the branch; an HBM tensor stays true (an

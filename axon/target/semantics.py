@@ -78,6 +78,13 @@ ALU: dict[str, Callable[..., Any]] = {
     "equal": _cmp(lambda a, b: a == b),
     "not_equal": _cmp(lambda a, b: a != b),
     "bypass": lambda m, a, b: a,
+    # nl.logical_and & co.: "inputs should be boolean-like (0 or 1 values)"; nonzero is true
+    "logical_and": _cmp(lambda a, b: (a != 0) & (b != 0)),
+    "logical_or": _cmp(lambda a, b: (a != 0) | (b != 0)),
+    "logical_xor": _cmp(lambda a, b: (a != 0) ^ (b != 0)),
+    # nl.mod is Python's x % y (the sign of the divisor), nl.fmod C's (the sign of the dividend)
+    "mod": lambda m, a, b: m.np.mod(a, b),
+    "fmod": lambda m, a, b: m.np.fmod(a, b),
 }
 
 

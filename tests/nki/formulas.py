@@ -39,6 +39,13 @@ ALU = {
     "equal": lambda a, b: (a == b).astype(np.float64),
     "not_equal": lambda a, b: (a != b).astype(np.float64),
     "bypass": lambda a, b: np.broadcast_to(np.asarray(a, np.float64), np.broadcast(a, b).shape) + 0.0,
+    # nki.language.logical_and/or/xor: "inputs should be boolean-like (0 or 1 values)", nonzero true;
+    # nki.language.mod is Python's x % y (the sign of the divisor), fmod keeps the dividend's sign
+    "logical_and": lambda a, b: ((a != 0) & (b != 0)).astype(np.float64),
+    "logical_or": lambda a, b: ((a != 0) | (b != 0)).astype(np.float64),
+    "logical_xor": lambda a, b: ((a != 0) ^ (b != 0)).astype(np.float64),
+    "mod": np.mod,
+    "fmod": np.fmod,
 }
 
 # ---- activation functions ----------------------------------------------------------------------
@@ -74,7 +81,7 @@ ACT_DOMAIN = {
     "reciprocal": (0.25, 4.0),
     "exp": (-4.0, 4.0),
 }
-ALU_DOMAIN = {"divide": (0.25, 4.0), "power": (0.25, 2.0)}
+ALU_DOMAIN = {"divide": (0.25, 4.0), "power": (0.25, 2.0), "mod": (0.25, 4.0), "fmod": (0.25, 4.0)}
 
 # Reductions (nki.isa.tensor_reduce: arithmetic reduce ops; nl.sum/max/min/prod pages).
 REDUCE = {"add": np.sum, "max": np.max, "maximum": np.max, "min": np.min, "minimum": np.min, "multiply": np.prod}

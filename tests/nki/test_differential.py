@@ -1125,6 +1125,19 @@ def test_language_invert(P, Fs, seed):
 
 
 @SETTINGS
+@given(P=partitions, Fs=free_sizes, dtype=float_dtypes, seed=st.integers(0, 2**16))
+def test_language_logical_not(P, Fs, dtype, seed):
+    """nl.logical_not(x): 1 where x is 0 (false), else 0, in x's dtype (nki.language.logical_not,
+    numpy.logical_not; "inputs should be boolean-like")."""
+    import neuronxcc.nki.language as nl
+
+    x = np.round(_rand(seed, (P, Fs), -1.0, 1.0, dtype)).astype(dtype)
+    (got,) = run_legacy(lambda t: [nl.logical_not(t[0])], [x])
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(_f64(got), np.logical_not(_f64(x)).astype(np.float64))
+
+
+@SETTINGS
 @given(P=partitions, Fs=free_sizes, scale=st.sampled_from([1.0, 60.0]), seed=st.integers(0, 2**16))
 def test_language_softmax(P, Fs, scale, seed):
     """nl.softmax(x, axis=1) = exp(x - max) / sum(exp(x - max)) (nki.language.softmax); large inputs
@@ -1309,6 +1322,41 @@ def test_language_loops_and_programs(P, Fs, n, seed):
 
 
 @SETTINGS
+@given(Fs=st.integers(1, 16), lo=st.integers(0, 4), step=st.integers(1, 3), count=st.integers(0, 4))
+def test_language_compiled_loops(Fs, lo, step, count):
+    """nl.fori_loop(lower, upper, body_fun, step) calls body_fun(i) for i in range(lower, upper, step);
+    nl.while_loop(init, body_fun) repeats r = body_fun(r) while r != 0 (nki.language.fori_loop,
+    nki.language.while_loop)."""
+    import nki.isa as nisa
+    import nki.language as nl
+
+    x = _rand(lo + Fs, (8, Fs))
+
+    def k(a):
+        out = nl.ndarray((8, Fs), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((8, Fs), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nl.fori_loop(
+            lo,
+            Fs,
+            lambda i: nisa.tensor_scalar(dst=t[:, i : i + 1], data=t[:, i : i + 1], op0=nl.multiply, operand0=3.0),
+            step=step,
+        )
+
+        def body(r):
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+            return r - 1
+
+        nl.while_loop(count, body)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    want = _f64(x).copy()
+    want[:, lo:Fs:step] *= 3
+    F.assert_matches(axon.nki.run(k, x), want + count, "float32", np.abs(want) + count, "fori_loop and while_loop")
+
+
+@SETTINGS
 @given(n=st.integers(1, 200), seed=st.integers(0, 99))
 def test_language_static_cast(n, seed):
     """nl.static_cast(array, dtype) casts host arrays; bfloat16 rounds to nearest even."""
@@ -1364,6 +1412,8 @@ LANG_COVERED = {
     "sequential_range": test_language_loops_and_programs,
     "static_range": test_language_loops_and_programs,
     "dynamic_range": test_language_loops_and_programs,
+    "fori_loop": test_language_compiled_loops,
+    "while_loop": test_language_compiled_loops,
     "program_id": test_language_loops_and_programs,
     "num_programs": test_language_loops_and_programs,
     "device_print": test_language_loops_and_programs,
@@ -1372,6 +1422,7 @@ LANG_COVERED = {
     "spmd_dim": test_language_loops_and_programs,
     "static_cast": test_language_static_cast,
     "invert": test_language_invert,
+    "logical_not": test_language_logical_not,
     "softmax": test_language_softmax,
 }
 # Instructions whose test is named differently from test_{api}_{name} / test_{name}.
