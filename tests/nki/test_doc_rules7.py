@@ -7,6 +7,7 @@ import pytest
 
 import axon.nki
 from axon.errors import NKIError
+from tests.nki.test_doc_rules6 import _stored
 
 A = (np.arange(128 * 8, dtype=np.float32).reshape(128, 8) % 7) / 10
 CARRIED = (
@@ -161,18 +162,6 @@ def test_dma_copy_refuses_a_source_of_another_shape_with_as_many_elements():
 
 X = np.array([[1.0, -2.0, 3.5, 0.0, -7.0]], np.float32)
 Y = np.array([[0.0, 3.0, 2.0, 0.0, 2.0]], np.float32)
-
-
-def _stored(fn):
-    def k(a, b):
-        import neuronxcc.nki.language as nl
-
-        t = fn(nl.load(a), nl.load(b), nl)
-        out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
-        nl.store(out, value=t)
-        return out
-
-    return k
 
 
 @pytest.mark.parametrize(
