@@ -105,21 +105,16 @@ def test_points_lowered_ahead_by_a_forked_child_validate_and_feature_as_one_proc
 
 def test_a_discovery_cut_by_its_time_budget_is_said_not_the_variant_cap(monkeypatch):
     # a 30-op spec's tune sat 45 s without a word, then tuned the variants proved by then as if all
-    import functools
-
     import axon.search.variants as search_variants
-    from axon.synth import discover
 
     graph = get("softmax").graph("small")
     capped: list[str] = []
     verified_variants(graph, max_variants=2, stopped=capped)
     assert capped == []  # the 24-variant cap is tune's choice, not a cut
-    monkeypatch.setattr(search_variants, "discover", functools.partial(discover, budget_s=0.0))
     stopped: list[str] = []
-    kept = verified_variants(graph, stopped=stopped)
+    kept = verified_variants(graph, stopped=stopped, budget_s=0.0)
     assert len(kept) == 1 and len(stopped) == 1 and "stopped at the 0 s budget" in stopped[0]
     # not cut, but long (a 30-op spec: 36 s, 7 proofs to their timeout before the 24-variant cap)
-    monkeypatch.setattr(search_variants, "discover", discover)
     monkeypatch.setattr(search_variants, "SLOW_DISCOVERY_S", 0.0)
     slow: list[str] = []
     verified_variants(graph, stopped=slow)
