@@ -31,6 +31,24 @@ def _is_number(o: object) -> bool:
     return isinstance(o, int | float | np.number) and not isinstance(o, bool | np.bool_)
 
 
+def _binary(fn: str, reverse: bool = False) -> Callable[[Any, Any], Any]:
+    """The view operator that is the instruction `fn` (`reverse`: the other operand first)."""
+
+    def operator(self: Any, other: Any) -> Any:
+        return self._bin(other, fn, reverse)
+
+    return operator
+
+
+def _accumulate(fn: str) -> Callable[[Any, Any], Any]:
+    """`t op= x`: `fn` accumulated into the view."""
+
+    def operator(self: Any, value: Any) -> Any:
+        return _operator("accumulate")(self, value, fn)
+
+    return operator
+
+
 class ViewOperators:
     """What a `View` does in a kernel expression (`self.index` is the View's)."""
 
@@ -52,48 +70,18 @@ class ViewOperators:
     def __setitem__(self, key: Any, value: Any) -> None:
         _operator("assign")(self.index(key), value)
 
-    def __iadd__(self, value: Any) -> Any:
-        return _operator("accumulate")(self, value, "add")
-
-    def __isub__(self, value: Any) -> Any:
-        return _operator("accumulate")(self, value, "subtract")
-
-    def __imul__(self, value: Any) -> Any:
-        return _operator("accumulate")(self, value, "multiply")
+    # in-place operators accumulate into the tile; the arithmetic ones are the nl functions of the
+    # same names, the reflected forms with the number as their first operand (`2 ** t` is nl.power)
+    __iadd__, __isub__, __imul__ = _accumulate("add"), _accumulate("subtract"), _accumulate("multiply")
+    __add__, __radd__ = _binary("add"), _binary("add", True)
+    __sub__, __rsub__ = _binary("subtract"), _binary("subtract", True)
+    __mul__, __rmul__ = _binary("multiply"), _binary("multiply", True)
+    __truediv__, __rtruediv__ = _binary("divide"), _binary("divide", True)
+    __pow__, __rpow__ = _binary("power"), _binary("power", True)
 
     def _bin(self, other: Any, fn: str, reverse: bool = False) -> Any:
         op = _operator(fn)
         return op(other, self) if reverse else op(self, other)
-
-    def __add__(self, o: Any) -> Any:
-        return self._bin(o, "add")
-
-    def __radd__(self, o: Any) -> Any:
-        return self._bin(o, "add", True)
-
-    def __sub__(self, o: Any) -> Any:
-        return self._bin(o, "subtract")
-
-    def __rsub__(self, o: Any) -> Any:
-        return self._bin(o, "subtract", True)
-
-    def __mul__(self, o: Any) -> Any:
-        return self._bin(o, "multiply")
-
-    def __rmul__(self, o: Any) -> Any:
-        return self._bin(o, "multiply", True)
-
-    def __truediv__(self, o: Any) -> Any:
-        return self._bin(o, "divide")
-
-    def __rtruediv__(self, o: Any) -> Any:
-        return self._bin(o, "divide", True)
-
-    def __pow__(self, o: Any) -> Any:
-        return self._bin(o, "power")
-
-    def __rpow__(self, o: Any) -> Any:
-        return self._bin(o, "power", True)
 
     # comparisons give 1.0/0.0 tiles (nki.errors err_ambiguous_tensor_truth_value writes `a_tile > 0`);
     # == and != too (nl.equal, nl.not_equal: `t == 1.0` was Python's False, a silent 0); views stay
@@ -106,55 +94,23 @@ class ViewOperators:
     def __ne__(self, o: object) -> Any:
         return self._bin(o, "not_equal") if _is_number(o) or isinstance(o, ViewOperators) else NotImplemented
 
-    def __gt__(self, o: Any) -> Any:
-        return self._bin(o, "greater")
-
-    def __ge__(self, o: Any) -> Any:
-        return self._bin(o, "greater_equal")
-
-    def __lt__(self, o: Any) -> Any:
-        return self._bin(o, "less")
-
-    def __le__(self, o: Any) -> Any:
-        return self._bin(o, "less_equal")
+    __gt__, __ge__ = _binary("greater"), _binary("greater_equal")
+    __lt__, __le__ = _binary("less"), _binary("less_equal")
 
     # bitwise operators are nl.bitwise_and & co. on integer tiles ("This function implements the
     # C/Python operator &", nki.language.bitwise_and; `~` is nl.invert): a comparison's 1/0 tile
     # takes them when compared with dtype=nl.uint8
-    def __and__(self, o: Any) -> Any:
-        return self._bin(o, "bitwise_and")
-
-    def __rand__(self, o: Any) -> Any:
-        return self._bin(o, "bitwise_and", True)
-
-    def __or__(self, o: Any) -> Any:
-        return self._bin(o, "bitwise_or")
-
-    def __ror__(self, o: Any) -> Any:
-        return self._bin(o, "bitwise_or", True)
-
-    def __xor__(self, o: Any) -> Any:
-        return self._bin(o, "bitwise_xor")
-
-    def __rxor__(self, o: Any) -> Any:
-        return self._bin(o, "bitwise_xor", True)
-
-    def __lshift__(self, o: Any) -> Any:
-        return self._bin(o, "left_shift")
-
-    def __rshift__(self, o: Any) -> Any:
-        return self._bin(o, "right_shift")
+    __and__, __rand__ = _binary("bitwise_and"), _binary("bitwise_and", True)
+    __or__, __ror__ = _binary("bitwise_or"), _binary("bitwise_or", True)
+    __xor__, __rxor__ = _binary("bitwise_xor"), _binary("bitwise_xor", True)
+    __lshift__, __rshift__ = _binary("left_shift"), _binary("right_shift")
 
     def __invert__(self) -> Any:
         return _operator("invert")(self)
 
     # `%` is nl.mod ("equivalent to the Python modulus x % y"), abs() nl.abs; NKI documents no
     # floor division of tiles, so `//` is refused by name rather than a Python TypeError
-    def __mod__(self, o: Any) -> Any:
-        return self._bin(o, "mod")
-
-    def __rmod__(self, o: Any) -> Any:
-        return self._bin(o, "mod", True)
+    __mod__, __rmod__ = _binary("mod"), _binary("mod", True)
 
     def __abs__(self) -> Any:
         return _operator("abs")(self)
