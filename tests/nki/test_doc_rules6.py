@@ -144,13 +144,13 @@ def test_where_of_two_tiles_writes_their_promoted_dtype():
     np.testing.assert_array_equal(got, np.array([[1.0, 1.001]], np.float32))
 
 
-def _into_zeros(op):
-    """`acc = zeros([2, 4]); acc <op> v` for a [2, 1] input v (one value per partition)."""
+def _into_zeros(op, shape=(2, 4)):
+    """`acc = zeros(shape); acc <op> v` for an input v (e.g. [2, 1]: one value per partition)."""
 
     def k(v):
         import neuronxcc.nki.language as nl
 
-        acc = nl.zeros((2, 4), nl.float32)
+        acc = nl.zeros(shape, nl.float32)
         t = nl.load(v)
         if op == "=":
             acc[...] = t
@@ -158,7 +158,7 @@ def _into_zeros(op):
             acc += t
         else:
             acc -= t
-        out = nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm)
+        out = nl.ndarray(shape, nl.float32, buffer=nl.shared_hbm)
         nl.store(out, value=acc)
         return out
 
@@ -320,21 +320,7 @@ def test_where_into_tfloat32_is_rounded():
 @pytest.mark.parametrize(("op", "shape"), [("=", (2, 4)), ("+=", (2, 4)), ("=", (1, 8)), ("-=", (4, 6))])
 def test_a_smaller_tile_is_not_written_into_a_corner(op, shape):
     # s[...] = t with t smaller than s wrote t into s's corner and left the rest: NumPy refuses it
-    def k(a):
-        import neuronxcc.nki.language as nl
-
-        s = nl.zeros((4, 8), nl.float32)
-        t = nl.load(a)
-        if op == "=":
-            s[...] = t
-        elif op == "+=":
-            s += t
-        else:
-            s -= t
-        out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
-        nl.store(out, value=s)
-        return out
-
+    k = _into_zeros(op, (4, 8))
     want = re.escape(f"a {list(shape)} tile")
     with pytest.raises(NKIError, match=rf"shape mismatch: <sbuf tensor t\d+ \[4, 8\] float32> .* {want}"):
         axon.nki.run(k, np.ones(shape, np.float32))
