@@ -24,7 +24,7 @@ from axon.cli.track import runs, ui
 from axon.cli.tune import sweep, tune
 from axon.cli.variants import variants, verify
 from axon.errors import AxonError, storage_failure
-from axon.ir import evaluate, flops, min_bytes, random_inputs
+from axon.ir import DEFINED_RANGE, defined_case, flops, min_bytes
 from axon.search.guards import check_evaluate
 from axon.target import DEFAULT_HW, load_hw
 from axon.workloads import all_workloads
@@ -76,15 +76,14 @@ def check(workload: str, shape: str | None, preset: str, seed: int, force: bool)
     g = spec_graph(workload, shape, preset, "float32")
     if not force:
         check_evaluate(g, workload)
-    outputs = evaluate(g, random_inputs(g, seed))
-    if any(np.isnan(v).any() for v in outputs.values()):  # the fallback the tuner's checks make (reference_case)
-        undefined = ", ".join(n for n, v in outputs.items() if np.isnan(v).any())
+    _, outputs, undefined = defined_case(g, seed)  # the tuner's checks' inputs (reference_case)
+    if undefined:
+        lo, hi = DEFINED_RANGE
         click.echo(
-            f"{g.name}: NaN in {undefined} on inputs in [-1, 1] (outside the domain of an op such as log or sqrt); "
-            "evaluated on [0.05, 1] instead, as the tuner checks kernels "
+            f"{g.name}: NaN in {', '.join(undefined)} on inputs in [-1, 1] (outside the domain of an op such as "
+            f"log or sqrt); evaluated on [{lo:g}, {hi:g}] instead, as the tuner checks kernels "
             '(declare the range an input takes: ax.tensor("M N", range=(lo, hi)))'
         )
-        outputs = evaluate(g, random_inputs(g, seed, low=0.05, high=1.0))
     for name, value in outputs.items():
         finite = bool(np.all(np.isfinite(value)))
         click.echo(

@@ -2,7 +2,7 @@
 
 from axon.ir.builder import GraphBuilder, broadcast_shapes, infer_type
 from axon.ir.dims import Dim, parse_dim, parse_shape, shape_str
-from axon.ir.evaluate import evaluate, max_rel_error, random_inputs, reference_case
+from axon.ir.evaluate import DEFINED_RANGE, defined_case, evaluate, max_rel_error, random_inputs, reference_case
 from axon.ir.graph import DTYPE_BYTES, DTYPES, KERNEL_DTYPES, Graph, Node, TensorType
 from axon.ir.stats import flops, matmul_flops, min_bytes
 from axon.ir.trace import trace
@@ -17,6 +17,8 @@ __all__ = [
     "Node",
     "TensorType",
     "broadcast_shapes",
+    "DEFINED_RANGE",
+    "defined_case",
     "evaluate",
     "flops",
     "infer_type",
