@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -45,8 +47,12 @@ def test_check_of_a_spec_with_non_finite_outputs_exits_1(tmp_path):
     (tmp_path / "big.py").write_text(
         'import axon.spec as ax\n\n\n@ax.spec(x="M N")\ndef big(x):\n    return ax.exp(x * 1000.0)\n'
     )
-    result = axon_in_process("check", f"{tmp_path}/big.py:big", "--shape", "M=4,N=8")
+    with warnings.catch_warnings(record=True) as caught:  # numpy warned "invalid value" on the std of an inf
+        warnings.simplefilter("always")
+        result = axon_in_process("check", f"{tmp_path}/big.py:big", "--shape", "M=4,N=8")
     assert "finite NO" in result.stdout and result.returncode == 1, (result.returncode, result.stderr)
+    assert re.search(r"finite NO: \d+ \+inf of 32 elements \(mean and std of the \d+ finite\)", result.stdout)
+    assert "mean +inf" not in result.stdout and not [w for w in caught if issubclass(w.category, RuntimeWarning)]
 
 
 def test_check_of_a_spec_undefined_on_negatives_says_so_and_evaluates_where_the_tuner_checks(tmp_path):

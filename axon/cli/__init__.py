@@ -80,18 +80,38 @@ def check(workload: str, shape: str | None, preset: str, seed: int, force: bool)
     if undefined:
         lo, hi = DEFINED_RANGE
         click.echo(
-            f"{g.name}: NaN in {', '.join(undefined)} on inputs in [-1, 1] (outside the domain of an op such as "
-            f"log or sqrt); evaluated on [{lo:g}, {hi:g}] instead, as the tuner checks kernels "
+            f"{g.name}: NaN in {', '.join(undefined)} on inputs in [-1, 1] (an op outside its domain, such as the "
+            f"log or sqrt of a negative, or an overflow such as inf - inf); evaluated on [{lo:g}, {hi:g}] instead, "
+            "as the tuner checks kernels "
             '(declare the range an input takes: ax.tensor("M N", range=(lo, hi)))'
         )
     for name, value in outputs.items():
-        finite = bool(np.all(np.isfinite(value)))
-        click.echo(
-            f"{g.name}.{name}: shape {list(value.shape)}  mean {value.mean():+.6g}  std {value.std():.6g}  "
-            f"finite {'yes' if finite else 'NO'}"
-        )
-        if not finite:
+        click.echo(f"{g.name}.{name}: shape {list(value.shape)}  {output_stats(value)}")
+        if not np.all(np.isfinite(value)):
             raise click.exceptions.Exit(1)
+
+
+def output_stats(value: np.ndarray) -> str:
+    """Mean, std and "finite yes"; where some elements are not finite, how many of each kind, and the
+    statistics of the finite ones (a mean over an inf printed inf, and numpy warned on the std).
+
+    >>> output_stats(np.array([1.0, 3.0, np.inf, np.nan]))
+    'mean +2  std 1  finite NO: 1 +inf, 1 NaN of 4 elements (mean and std of the 2 finite)'
+    """
+    ok = np.isfinite(value)
+    shown = value[ok]
+    scale = float(np.abs(shown).max()) if shown.size else 0.0
+    scale = scale if scale > 0 else 1.0  # values near the float64 limit: summed as multiples of their maximum
+    stats = (
+        f"mean {(shown / scale).mean() * scale:+.6g}  std {(shown / scale).std() * scale:.6g}"
+        if shown.size
+        else "mean -  std -"
+    )
+    if ok.all():
+        return f"{stats}  finite yes"
+    kinds = {"+inf": np.isposinf(value), "-inf": np.isneginf(value), "NaN": np.isnan(value)}
+    counts = ", ".join(f"{int(np.count_nonzero(m)):,} {k}" for k, m in kinds.items() if m.any())
+    return f"{stats}  finite NO: {counts} of {value.size:,} elements (mean and std of the {shown.size:,} finite)"
 
 
 @cli.command("hw")
