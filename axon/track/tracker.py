@@ -9,13 +9,15 @@ carries the saved view the MLflow UI opens on (`axon.track.view`).
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import socket
+import sys
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,27 @@ def load_registered_booster(ref: str, tracking_uri: str | None, path: Path) -> P
         raise StoreError(f"cost model {ref} cannot be loaded: {str(exc).splitlines()[0]}") from None
     booster.save_model(str(path))
     return path
+
+
+# What MLflow prints to stderr when it registers a model: Axon says which version it registered itself.
+_REGISTRY_CHATTER = ("Successfully registered model ", "Created version ", "Registered model ")
+
+
+@contextmanager
+def _registry_quiet() -> Iterator[None]:
+    """Registering a model printed "Successfully registered model ..." and "Created version ..." to
+    stderr, under `--quiet` too. The block's stderr is held and given back without those lines (all
+    of it if the block raises). MLflow's own switch for its event lines is no use here: a step of
+    `log_model` turns it back on."""
+    held = io.StringIO()
+    try:
+        with redirect_stderr(held):
+            yield
+    except BaseException:
+        sys.stderr.write(held.getvalue())
+        raise
+    kept = [line for line in held.getvalue().splitlines(keepends=True) if not line.startswith(_REGISTRY_CHATTER)]
+    sys.stderr.write("".join(kept))
 
 
 def _sqlite_file(tracking_uri: str) -> Path | None:
@@ -293,7 +316,7 @@ class Tracker:
         alias to it only if its held-out ranking accuracy did not drop; returns the version."""
         booster = xgboost().Booster()
         booster.load_model(str(model_path))
-        with mlflow_uris(self.tracking_uri) as ml:
+        with mlflow_uris(self.tracking_uri) as ml, _registry_quiet():
             with ml.start_run(run_id=run.run_id):
                 info = ml.xgboost.log_model(
                     booster,

@@ -51,7 +51,7 @@ def test_interrupted_run_is_marked_killed(tracker):
     assert tracker.client.get_run(run.run_id).info.status == "KILLED"
 
 
-def test_registry_moves_champion_only_when_accuracy_holds(tracker, tmp_path):
+def test_registry_moves_champion_only_when_accuracy_holds(tracker, tmp_path, capfd):
     import mlflow.xgboost
 
     rng = np.random.default_rng(0)
@@ -80,6 +80,8 @@ def test_registry_moves_champion_only_when_accuracy_holds(tracker, tmp_path):
         v2 = tracker.log_cost_model(run, path, "axon-costmodel-test", accuracy=0.7)
         v3 = tracker.log_cost_model(run, path, "axon-costmodel-test", accuracy=0.85)
     assert (v1, v2, v3) == (1, 2, 3)
+    # MLflow's "Successfully registered model ..." / "Created version ..." lines, printed under --quiet too
+    assert "registered model" not in capfd.readouterr().err.lower()
     champion = tracker.client.get_model_version_by_alias("axon-costmodel-test", "champion")
     assert int(champion.version) == 3
     # loaded through the tracking URI alone, and MLflow's global URIs are left as they were
