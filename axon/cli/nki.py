@@ -109,6 +109,7 @@ def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tupl
         raise NKIError(f"kernel parameter {next(n for n in names if names.count(n) > 1)!r} given twice")
     positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not inputs or not all(n in params for n in names):
+        check_call(fn, [a for _, a in inputs], kwargs, [n for n, _ in inputs])
         return [a for _, a in inputs], kwargs
     given = {**dict(inputs), **kwargs}
     last = max((i for i, p in enumerate(positional) if p.name in given), default=-1)
@@ -122,6 +123,23 @@ def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tupl
             name = getattr(fn, "__name__", "kernel")
             raise NKIError(f"kernel {name} needs {p.name!r}: give --input {p.name}=DTYPE[...] or --arg {p.name}=VALUE")
     return args, given
+
+
+def check_call(fn: Any, arrays: list[Any], kwargs: dict[str, Any], names: list[str]) -> None:
+    """NKIError when the arrays in order and the values by keyword do not fit `fn`'s parameters: the
+    call's TypeError was reported as if the kernel had raised it ("kernel k raised TypeError: k() takes 1
+    positional argument but 2 were given")."""
+    signature = inspect.signature(fn)
+    try:
+        signature.bind(*arrays, **kwargs)
+    except TypeError as exc:
+        name = getattr(fn, "__name__", "kernel")
+        given = ", ".join([f"--input {n}" for n in names] + [f"--arg {n}" for n in kwargs]) or "no --input or --arg"
+        unknown = [n for n in names if n not in signature.parameters]
+        why = f" (--input {unknown[0]} names none of its parameters, so the tensors went in order)" if unknown else ""
+        raise NKIError(
+            f"kernel {name}({', '.join(signature.parameters)}) cannot be called with {given}: {exc}{why}"
+        ) from None
 
 
 def check_input_memory(specs: list[tuple[str, tuple[int, ...], str]], memory_bytes: int | None = None) -> None:
