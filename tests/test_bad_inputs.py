@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -791,6 +792,19 @@ def test_out_naming_a_file_axon_did_not_write_is_refused_and_the_file_kept(tmp_p
     args = ("tune", f"{spec}:rmsnorm_matmul", "--preset", "small", "--trials", "1", "--no-track", "--quiet")
     refused(*args, "--workdir", str(tmp_path / "w"), "--out", str(spec), fragments=("is not a kernel Axon wrote",))
     assert spec.read_bytes() == before
+
+
+def test_out_naming_a_device_or_a_pipe_is_refused_and_left_as_it_was(tmp_path):
+    # the kernel is renamed over --out: as root, `--out /dev/full` replaced the device with the kernel, exit 0
+    # (a pipe here, and a link to it, so that a regression replaces nothing of the machine's)
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    link = tmp_path / "k.py"
+    link.symlink_to(pipe)
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"))
+    for out in (pipe, link):
+        refused(*args, "--out", str(out), fragments=(f"--out {out} is not a regular file (a named pipe)",))
+    assert stat.S_ISFIFO(pipe.stat().st_mode) and link.is_symlink()
 
 
 @pytest.mark.parametrize("name", ["nl", "nki", "nisa"])

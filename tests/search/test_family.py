@@ -265,6 +265,22 @@ def test_the_same_family_command_again_measures_nothing_and_answers_the_same(tmp
     assert modules[0]["schedules"] == modules[1]["schedules"] and modules[0]["rows"] == modules[1]["rows"]
 
 
+def test_the_same_family_command_with_out_runs_again_into_its_directory(tmp_path):
+    """The family's --out was checked as a single kernel's: a directory was refused ("is a directory:
+    give a file path"), so the command that had made it failed when run again."""
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef t(x):\n    return ax.tanh(x)\n"
+    )
+    args = ("tune", "spec.py:t", "--shape", "M=128,256", "--shape", "N=128", "--trials", "1", "--quiet", "--no-track")
+    for _ in range(2):
+        result = axon_in_process(*args, "--workdir", "w", "--out", "fam", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "fam" / "t_family.py").is_file()
+    os.mkfifo(tmp_path / "pipe")
+    result = axon_in_process(*args, "--workdir", "w", "--out", "pipe", cwd=tmp_path)
+    assert result.returncode == 2 and "--out pipe is a named pipe" in result.stderr, result.stderr
+
+
 def test_a_family_tuned_on_a_hardware_file_of_ones_own_emulates_on_it(tmp_path):
     """Its module had emulate(hw='mychip'), a name no file answers: 'hardware file .../mychip.yaml not found'."""
     trn1 = (REPO / "configs" / "hw" / "trn1.yaml").read_text()
