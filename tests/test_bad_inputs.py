@@ -840,6 +840,17 @@ def test_profile_out_that_is_not_writable_is_refused_before_profiling(tmp_path, 
     refused(*args, fragments=(f"--out {tmp_path} is not writable",))
 
 
+def test_profile_out_or_its_file_that_is_a_pipe_is_refused_before_profiling(tmp_path):
+    # --out a named pipe was a FileExistsError traceback after the profile; a pipe where the timeline
+    # goes waited for a reader for ever
+    kernel = "examples/kernels/l2norm.py:l2_normalize"
+    args = ("nki", "profile", kernel, "--input", "a=float32[128,512]", "--no-png", "--out")
+    os.mkfifo(tmp_path / "pipe")
+    refused(*args, str(tmp_path / "pipe"), fragments=(f"--out {tmp_path / 'pipe'} is not a directory",))
+    os.mkfifo(tmp_path / "l2_normalize.perfetto.json")
+    refused(*args, str(tmp_path), fragments=("l2_normalize.perfetto.json is not a regular file",))
+
+
 def test_a_full_disk_line_promises_a_resume_only_where_there_is_one():
     full = OSError(errno.ENOSPC, "No space left on device", "/d/x.png")
     assert "the same command resumes" in storage_failure(full, resumable=True)
