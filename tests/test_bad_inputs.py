@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from axon.errors import storage_failure
-from tests.conftest import REPO, axon_in_process, refused
+from tests.conftest import REPO, axon_in_process, refused, run_axon
 
 BAD_SPECS = """import numpy as np
 import axon.spec as ax
@@ -113,6 +113,15 @@ def test_workdir_whose_kernels_directory_is_a_file(tmp_path, sub):
         fragments=(f"{sub} is a file, not a directory", "--workdir"),
     )  # fmt: skip
     assert (tmp_path / "w" / sub).read_text() == "mine"
+
+
+def test_a_journal_that_is_a_pipe_is_refused_not_waited_on(tmp_path):
+    # --storage naming a named pipe: the journal's check read it, waiting for a writer for ever
+    os.mkfifo(tmp_path / "journal")
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"))
+    result = run_axon(*args, "--storage", str(tmp_path / "journal"), timeout=30)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "journal" in result.stderr and "is not a regular file (a named pipe)" in result.stderr
 
 
 def test_overwritten_optuna_journal_names_the_file_and_the_way_out(tmp_path):

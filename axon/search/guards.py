@@ -217,6 +217,8 @@ def check_journal(path: Path, settle_s: float = 0.2) -> None:
         raise StoreError(f"Optuna journal {path} is a directory, not a file")
     if not path.exists():
         return
+    if not path.is_file():  # reading a pipe to check it waited for a writer for ever
+        raise StoreError(f"Optuna journal {path} is not a regular file ({_file_kind(path)})")
     lines = path.read_bytes().splitlines(keepends=True)
     if lines and not lines[-1].endswith(b"\n"):
         time.sleep(settle_s)
