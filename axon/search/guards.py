@@ -170,7 +170,8 @@ def check_family_out(out: Path | None) -> None:
     if out.exists() and not out.is_dir():
         kind = "a file" if out.is_file() else _file_kind(out)
         raise StoreError(f"--out {out} is {kind}, and a kernel family is written as a directory: give a directory path")
-    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+    existing = next(p for p in (out, *out.parents) if p.exists())  # where it is made, parents and all
+    if not os.access(existing, os.W_OK | os.X_OK):  # a read-only mount was found after the whole tune
         raise StoreError(f"--out {out} is not writable: give a directory you can write")
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -279,6 +280,17 @@ def test_the_same_family_command_with_out_runs_again_into_its_directory(tmp_path
     os.mkfifo(tmp_path / "pipe")
     result = axon_in_process(*args, "--workdir", "w", "--out", "pipe", cwd=tmp_path)
     assert result.returncode == 2 and "--out pipe is a named pipe" in result.stderr, result.stderr
+
+
+def test_a_family_out_on_a_read_only_mount_is_refused_before_tuning(tmp_path, monkeypatch):
+    # "Read-only file system: ro/fam" came after every shape was tuned; as root (the tests) a 0o555
+    # directory is writable, so the mount's answer to access(2) is given here
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr("axon.search.guards.os.access", lambda p, m: Path(p) != folder and real_access(p, m))
+    args = ("tune", "softmax", "--preset", "small", "--shape", "M=128,256", "--trials", "1", "--no-track")
+    refused(*args, "--workdir", str(tmp_path / "w"), "--out", str(folder / "fam"), fragments=("is not writable",))
 
 
 def test_a_family_tuned_on_a_hardware_file_of_ones_own_emulates_on_it(tmp_path):
