@@ -84,6 +84,10 @@ def test_inputs_that_do_not_fit_the_kernels_parameters_are_named_not_raised_by_t
         r = axon_in_process("nki", "run", kernel, *inputs)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert message in r.stderr and "raised" not in r.stderr, r.stderr
+    # bound by name, a parameter after the last one given: "axpy() missing 2 required positional arguments"
+    r = axon_in_process("nki", "run", f"{KERNELS / 'current_api.py'}:axpy", "--input", "x=float32[64,256]")
+    assert r.returncode == 2 and "raised" not in r.stderr, r.stderr
+    assert "axpy(x, alpha, y) cannot be called with --input x: missing a required argument: 'alpha': give" in r.stderr
 
 
 def _axpy(*alpha: str, run=axon_in_process):
