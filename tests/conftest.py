@@ -7,12 +7,15 @@ import contextlib
 import io
 import os
 import resource
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+import z3
 
 from axon.cli import main as cli_main
 from tests.servers import ENV, PgServer, new_database, pg_bin
@@ -131,3 +134,22 @@ def pg_server_url():
 def pg_url(pg_server_url):
     """A fresh empty database on the test PostgreSQL server."""
     return new_database(pg_server_url)
+
+
+@contextlib.contextmanager
+def ctrl_c_during_every_z3_check(monkeypatch: pytest.MonkeyPatch, after_s: float = 0.2):
+    """Every Z3 check made one Z3 cannot settle quickly (x^3 + y^3 = z^3 in positive integers, at most
+    2 s) and a SIGINT sent `after_s` into it, as a Ctrl-C that lands during a proof."""
+    real = z3.Solver.check
+
+    def check(self, *assumptions):
+        x, y, z = z3.Ints("x y z", ctx=self.ctx)
+        self.reset()
+        self.add(x > 0, y > 0, z > 0, x * x * x + y * y * y == z * z * z)
+        self.set("rlimit", 0)
+        self.set("timeout", 2000)
+        threading.Timer(after_s, os.kill, (os.getpid(), signal.SIGINT)).start()
+        return real(self, *assumptions)
+
+    monkeypatch.setattr(z3.Solver, "check", check)
+    yield

@@ -7,12 +7,13 @@ import importlib
 import json
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
 
 from axon.errors import storage_failure
-from tests.conftest import REPO, axon_in_process, refused
+from tests.conftest import REPO, axon_in_process, refused, run_axon
 
 BAD_SPECS = """import numpy as np
 import axon.spec as ax
@@ -112,6 +113,15 @@ def test_workdir_whose_kernels_directory_is_a_file(tmp_path, sub):
         fragments=(f"{sub} is a file, not a directory", "--workdir"),
     )  # fmt: skip
     assert (tmp_path / "w" / sub).read_text() == "mine"
+
+
+def test_a_journal_that_is_a_pipe_is_refused_not_waited_on(tmp_path):
+    # --storage naming a named pipe: the journal's check read it, waiting for a writer for ever
+    os.mkfifo(tmp_path / "journal")
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"))
+    result = run_axon(*args, "--storage", str(tmp_path / "journal"), timeout=30)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "journal" in result.stderr and "is not a regular file (a named pipe)" in result.stderr
 
 
 def test_overwritten_optuna_journal_names_the_file_and_the_way_out(tmp_path):
@@ -793,6 +803,19 @@ def test_out_naming_a_file_axon_did_not_write_is_refused_and_the_file_kept(tmp_p
     assert spec.read_bytes() == before
 
 
+def test_out_naming_a_device_or_a_pipe_is_refused_and_left_as_it_was(tmp_path):
+    # the kernel is renamed over --out: as root, `--out /dev/full` replaced the device with the kernel, exit 0
+    # (a pipe here, and a link to it, so that a regression replaces nothing of the machine's)
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    link = tmp_path / "k.py"
+    link.symlink_to(pipe)
+    args = ("tune", "softmax", "--preset", "small", "--trials", "1", "--no-track", "--workdir", str(tmp_path / "w"))
+    for out in (pipe, link):
+        refused(*args, "--out", str(out), fragments=(f"--out {out} is not a regular file (a named pipe)",))
+    assert stat.S_ISFIFO(pipe.stat().st_mode) and link.is_symlink()
+
+
 @pytest.mark.parametrize("name", ["nl", "nki", "nisa"])
 def test_an_input_named_like_a_kernel_module_is_refused(tmp_path, name):
     # as an output of that name was: the kernel's parameter `nl` hid nki.language, and every trial failed
@@ -824,6 +847,17 @@ def test_profile_out_that_is_not_writable_is_refused_before_profiling(tmp_path, 
     kernel = "examples/kernels/l2norm.py:l2_normalize"
     args = ("nki", "profile", kernel, "--input", "a=float32[128,512]", "--out", str(tmp_path))
     refused(*args, fragments=(f"--out {tmp_path} is not writable",))
+
+
+def test_profile_out_or_its_file_that_is_a_pipe_is_refused_before_profiling(tmp_path):
+    # --out a named pipe was a FileExistsError traceback after the profile; a pipe where the timeline
+    # goes waited for a reader for ever
+    kernel = "examples/kernels/l2norm.py:l2_normalize"
+    args = ("nki", "profile", kernel, "--input", "a=float32[128,512]", "--no-png", "--out")
+    os.mkfifo(tmp_path / "pipe")
+    refused(*args, str(tmp_path / "pipe"), fragments=(f"--out {tmp_path / 'pipe'} is not a directory",))
+    os.mkfifo(tmp_path / "l2_normalize.perfetto.json")
+    refused(*args, str(tmp_path), fragments=("l2_normalize.perfetto.json is not a regular file",))
 
 
 def test_a_full_disk_line_promises_a_resume_only_where_there_is_one():

@@ -126,6 +126,13 @@ def test_show_prints_a_huge_graph_but_check_refuses_to_evaluate_it():
     assert variants.returncode == 0 and "variants; steps proved" in variants.stdout, variants.stderr
 
 
+def test_check_forced_past_its_guard_into_an_allocation_that_fails_is_one_line():
+    # "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 291. TiB ..." as a traceback: 2.8 PiB
+    # of inputs here, past any machine's address space, so the allocation fails whatever the overcommit
+    args = ("check", "softmax", "--shape", "M=100000000000000,N=4", "--force")
+    refused(*args, fragments=("out of memory: Unable to allocate", "use a smaller --shape"))
+
+
 def _tiny_sbuf(tmp_path):
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(

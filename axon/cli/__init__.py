@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("axon: interrupted", err=True)
         sys.exit(130)
+    except MemoryError as exc:  # past a guard with --force: "Unable to allocate 2.84 PiB ..." was a traceback
+        click.echo(f"axon: error: out of memory: {exc or 'an allocation failed'}: use a smaller --shape", err=True)
+        sys.exit(2)
     except Exception as exc:  # a full or read-only disk is the machine's, not a bug: one line, not a traceback
         first = (sys.argv[1:] if argv is None else argv)[:1]
         line = storage_failure(exc, resumable=first in (["tune"], ["sweep"], ["worker"]))

@@ -109,6 +109,7 @@ def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tupl
         raise NKIError(f"kernel parameter {next(n for n in names if names.count(n) > 1)!r} given twice")
     positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not inputs or not all(n in params for n in names):
+        check_call(fn, [a for _, a in inputs], kwargs, [n for n, _ in inputs], list(kwargs))
         return [a for _, a in inputs], kwargs
     given = {**dict(inputs), **kwargs}
     last = max((i for i, p in enumerate(positional) if p.name in given), default=-1)
@@ -121,7 +122,38 @@ def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tupl
         else:
             name = getattr(fn, "__name__", "kernel")
             raise NKIError(f"kernel {name} needs {p.name!r}: give --input {p.name}=DTYPE[...] or --arg {p.name}=VALUE")
+    check_call(fn, args, given, [n for n, _ in inputs], list(kwargs))  # a parameter after the last one given
     return args, given
+
+
+def check_call(fn: Any, call: list[Any], kwargs: dict[str, Any], inputs: list[str], args: list[str]) -> None:
+    """NKIError when the call `bind` made of the `--input`s (names `inputs`) and `--arg`s (`args`) does not
+    fit `fn`'s parameters: its TypeError was reported as if the kernel had raised it ("kernel k raised
+    TypeError: k() takes 1 positional argument but 2 were given")."""
+    signature = inspect.signature(fn)
+    try:
+        signature.bind(*call, **kwargs)
+    except TypeError as exc:
+        name = getattr(fn, "__name__", "kernel")
+        given = ", ".join([f"--input {n}" for n in inputs] + [f"--arg {n}" for n in args]) or "no --input or --arg"
+        unknown = [n for n in inputs if n not in signature.parameters]
+        why = f" (--input {unknown[0]} names none of its parameters, so the tensors went in order)" if unknown else ""
+        missing = _missing(signature, call, kwargs)
+        hint = f": give --input {missing[0]}=DTYPE[...] or --arg {missing[0]}=VALUE" if missing else ""
+        raise NKIError(
+            f"kernel {name}({', '.join(signature.parameters)}) cannot be called with {given}: {exc}{why}{hint}"
+        ) from None
+
+
+def _missing(signature: inspect.Signature, call: list[Any], kwargs: dict[str, Any]) -> list[str]:
+    """The parameters without a default that the call leaves unbound ([] when it is wrong otherwise)."""
+    try:
+        bound = signature.bind_partial(*call, **kwargs).arguments
+    except TypeError:
+        return []
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    params = signature.parameters.values()
+    return [p.name for p in params if p.name not in bound and p.default is p.empty and p.kind not in variadic]
 
 
 def check_input_memory(specs: list[tuple[str, tuple[int, ...], str]], memory_bytes: int | None = None) -> None:

@@ -71,6 +71,8 @@ def profile(
     """
 
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():  # a pipe or device got past click's check: a traceback at the end
+        raise NKIError(f"--out {out_dir} is not a directory: give a directory for the timeline files")
     if not out.is_dir() and not out.parent.is_dir():
         raise NKIError(f"--out {out_dir}: {no_directory(out.parent)}")
     if not os.access(out if out.is_dir() else out.parent, os.W_OK | os.X_OK):  # was found after the profile ran
@@ -78,8 +80,9 @@ def profile(
     name = kernel.rpartition(":")[2] or "kernel"
     targets = [out / f"{name}.perfetto.json"] + ([] if no_png else [out / f"{name}.png"])
     for target in targets:  # found only after the kernel ran, as a traceback, before
-        if target.is_dir() or (target.exists() and not os.access(target, os.W_OK)):
-            kind = "a directory" if target.is_dir() else "not writable"
+        # a pipe there: writing the timeline waited for a reader for ever
+        if target.exists() and (not target.is_file() or not os.access(target, os.W_OK)):
+            kind = "not writable" if target.is_file() else "a directory" if target.is_dir() else "not a regular file"
             raise NKIError(f"--out {out_dir}: {target} is {kind}: give another --out")
     spec = load_hw(hw)
     specs = [parse_input_spec(text) for text in inputs]

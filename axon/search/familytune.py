@@ -16,7 +16,7 @@ from axon.measure.neuron import get_backend
 from axon.measure.stores import open_records, records_location
 from axon.search.family import Family, FamilyBuilder, FamilyConfig, FamilyProblems, grid
 from axon.search.familyout import BoundaryCheck, boundary_checks, family_record, latency_plot, log_family, write_module
-from axon.search.guards import preflight
+from axon.search.guards import check_family_out, preflight
 from axon.search.request import TuneRequest
 from axon.search.sampler import point_key
 from axon.search.storage import journal_storage, load_cost_model
@@ -77,7 +77,10 @@ def tune_family(
         patience=request.patience,
     )
     largest = {**request.shape, **{k: max(v) for k, v in ranges.items()}}
-    w, graph = preflight(replace(request, shape=largest))  # unknown dimensions, HBM, memory, time
+    # unknown dimensions, HBM, memory, time; --out is the family's directory, not a kernel file's path
+    # (a single kernel's checks refused an existing one: the same command run again)
+    w, graph = preflight(replace(request, shape=largest, out=None))
+    check_family_out(request.out)
     shapes = [{**{k: v for k, v in graph.bindings.items() if k not in ranges}, **s} for s in grid(ranges)]
     # `--cost-model` was dropped without a word (a missing file too): as a single-shape tune, it warm-starts
     tracking_uri = request.tracking_uri or request.workdir.tracking_uri

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,9 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
     path = Path(out)
     if path.is_dir():
         raise StoreError(f"--out {out} is a directory: give a file path, e.g. {path / (name + '.py')}")
+    if path.exists() and not path.is_file():
+        # the kernel is written beside and renamed over it: as root `--out /dev/null` replaced the device
+        raise StoreError(f"--out {out} is not a regular file ({_file_kind(path)}): give a file path")
     if not path.parent.is_dir():
         raise StoreError(f"--out {out}: {no_directory(path.parent)}")
     if not os.access(path.parent, os.W_OK | os.X_OK) or path.exists() and not os.access(path, os.W_OK):
@@ -156,6 +160,19 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
             f"--out {out} exists and is not a kernel Axon wrote: give another path (it is not overwritten)"
         )
     return path
+
+
+def check_family_out(out: Path | None) -> None:
+    """StoreError when a kernel family's `--out` cannot be its directory (it is made, parents and all,
+    when the family is written; an existing one is written into, as a rerun of the same command does)."""
+    if out is None:
+        return
+    if out.exists() and not out.is_dir():
+        kind = "a file" if out.is_file() else _file_kind(out)
+        raise StoreError(f"--out {out} is {kind}, and a kernel family is written as a directory: give a directory path")
+    existing = next(p for p in (out, *out.parents) if p.exists())  # where it is made, parents and all
+    if not os.access(existing, os.W_OK | os.X_OK):  # a read-only mount was found after the whole tune
+        raise StoreError(f"--out {out} is not writable: give a directory you can write")
 
 
 def write_kernel_file(path: Path, source: str) -> None:
@@ -169,6 +186,12 @@ def write_kernel_file(path: Path, source: str) -> None:
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    kinds = {stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a named pipe"}
+    return next((kind for is_kind, kind in kinds.items() if is_kind(mode)), "a socket or other special file")
 
 
 def _written_by_axon(path: Path) -> bool:
@@ -195,6 +218,8 @@ def check_journal(path: Path, settle_s: float = 0.2) -> None:
         raise StoreError(f"Optuna journal {path} is a directory, not a file")
     if not path.exists():
         return
+    if not path.is_file():  # reading a pipe to check it waited for a writer for ever
+        raise StoreError(f"Optuna journal {path} is not a regular file ({_file_kind(path)})")
     lines = path.read_bytes().splitlines(keepends=True)
     if lines and not lines[-1].endswith(b"\n"):
         time.sleep(settle_s)

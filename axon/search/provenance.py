@@ -128,8 +128,10 @@ def verify(path: str | Path) -> Verdict:
     point = info["point"]
     index = int(point.get("variant", 0))
     if index >= len(variants) or variants[index].hash != info["variant"]:
+        # the spec as written is variant 0 whatever the search finds: another hash is another spec
+        edited = "" if info["moves"] else f": the spec traces to another graph ({variants[0].hash[:8]}), edited since?"
         failures.append(
-            f"variant {info['variant'][:8]} ({' + '.join(info['moves']) or 'as written'}) is not found again"
+            f"variant {info['variant'][:8]} ({' + '.join(info['moves']) or 'as written'}) is not found again{edited}"
         )
         return Verdict(tuple(lines), tuple(failures))
     if found_at != info["shape"]:  # a family's kernel: the variants bound to its shape, as the family does

@@ -100,10 +100,15 @@ def _field(data: dict, name: str, kind: type | tuple, file: str, default: Any = 
     return value
 
 
+ENTRY_FIELDS = frozenset({"workload", "preset", "shape", "dtype"})
+
+
 def load_sweep(path: str | Path) -> SweepConfig:
 
     path = Path(path)
     file = str(path)
+    if path.is_dir():  # said "not found" of a directory that is there
+        raise SpecError(f"sweep config {file} is a directory, not a file")
     if not path.is_file():
         raise SpecError(f"sweep config {file} not found")
     try:
@@ -128,7 +133,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
     }
     unknown = sorted(set(data) - known)
     if unknown:
-        raise SpecError(f"{file}: unknown field {unknown[0]}")
+        raise SpecError(f"{file}: unknown field {unknown[0]} (a sweep's fields: {', '.join(sorted(known))})")
     hw = _field(data, "hw", (list, str), file, [DEFAULT_HW])
     hw = [hw] if isinstance(hw, str) else hw
     if not hw:
@@ -143,9 +148,12 @@ def load_sweep(path: str | Path) -> SweepConfig:
         where = f"entries[{i}]"
         if not isinstance(raw, dict) or "workload" not in raw:
             raise SpecError(f"{file}: field {where} needs a workload")
-        extra = sorted(set(raw) - {"workload", "preset", "shape", "dtype"})
+        extra = sorted(set(raw) - ENTRY_FIELDS)
         if extra:
-            raise SpecError(f"{file}: unknown field {where}.{extra[0]}")
+            # `trials` in an entry was "unknown field entries[0].trials", without a word of where it goes
+            shared = f"; {extra[0]} is the whole sweep's, at the top level" if extra[0] in known else ""
+            fields = ", ".join(sorted(ENTRY_FIELDS))
+            raise SpecError(f"{file}: unknown field {where}.{extra[0]} (an entry's fields: {fields}{shared})")
         shape = raw.get("shape") or {}
         if not isinstance(shape, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in shape.items()

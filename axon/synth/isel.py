@@ -24,6 +24,7 @@ from axon.ir.ops import NumpyMath
 from axon.synth.balance import balance_cost, engine_cost, scalar_twin
 from axon.synth.groups import Alternative, FusedGroup, Leaf, Step, _node_value, step_value
 from axon.verify import Z3Math
+from axon.verify.solver import new_solver
 
 ALU_OPS = ("add", "subtract", "multiply", "divide")
 _IR_TO_ALU = dict(add="add", sub="subtract", mul="multiply", div="divide", maximum="maximum", minimum="minimum")
@@ -221,7 +222,7 @@ class _Checker:
         want = _node_value(m, self.group.graph, piece.root, env)
         got = self._run(m, steps, env)
         side = [d != 0 for d in _divisors(want) + _divisors(got)]
-        s = z3.Solver()
+        s = new_solver()
         s.set("rlimit", rlimit)  # Z3's deterministic resource limit (these proofs use ~10^3-10^4)
         s.set("timeout", timeout_ms)  # a safety net only; it does not bind on these proofs
         s.add(m.facts() + side + [want != got])

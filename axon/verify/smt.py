@@ -16,6 +16,7 @@ import z3
 
 from axon.ir.dims import Dim, parse_dim
 from axon.verify import expr as E
+from axon.verify.solver import new_solver
 from axon.verify.z3math import Z3Math
 
 
@@ -109,7 +110,7 @@ def check_equal(lhs: Sequence[E.Poly], rhs: Sequence[E.Poly], timeout_s: float) 
     # Solved in a context of its own, read back from the query's SMT-LIB text: in the process's main
     # context Z3's search follows the ids of every term made before, so the same query took 0.08 s
     # in a fresh process and over 60 s after a few hundred others (a proved move then timed out)
-    s = z3.Solver(ctx=z3.Context())
+    s = new_solver(z3.Context())
     s.set("timeout", max(1, int(timeout_s * 1000)))
     s.from_string(query.to_smt2())
     return str(s.check())

@@ -70,6 +70,26 @@ def test_a_bad_kernel_parameter_is_one_line_and_exit_2():
     assert r.returncode == 2 and "--arg times given twice" in r.stderr
 
 
+def test_inputs_that_do_not_fit_the_kernels_parameters_are_named_not_raised_by_the_kernel():
+    # "kernel softmax raised TypeError: softmax() takes 1 positional argument but 2 were given"
+    kernel = f"{KERNELS / 'legacy_api.py'}:softmax"
+    for inputs, message in [
+        (
+            ("--input", "x=float32[8,16]", "--input", "z=float32[8]"),
+            "softmax(x) cannot be called with --input x, --input z: too many positional arguments "
+            "(--input z names none of its parameters, so the tensors went in order)",
+        ),
+        ((), "softmax(x) cannot be called with no --input or --arg: missing a required argument: 'x'"),
+    ]:
+        r = axon_in_process("nki", "run", kernel, *inputs)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert message in r.stderr and "raised" not in r.stderr, r.stderr
+    # bound by name, a parameter after the last one given: "axpy() missing 2 required positional arguments"
+    r = axon_in_process("nki", "run", f"{KERNELS / 'current_api.py'}:axpy", "--input", "x=float32[64,256]")
+    assert r.returncode == 2 and "raised" not in r.stderr, r.stderr
+    assert "axpy(x, alpha, y) cannot be called with --input x: missing a required argument: 'alpha': give" in r.stderr
+
+
 def _axpy(*alpha: str, run=axon_in_process):
     """`axon nki run` of axpy(x, alpha, y) on [64, 256] inputs, with `alpha` options between them."""
     kernel = f"{KERNELS / 'current_api.py'}:axpy"

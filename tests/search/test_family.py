@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -263,6 +264,33 @@ def test_the_same_family_command_again_measures_nothing_and_answers_the_same(tmp
         modules.append(json.loads(result.stdout))
     assert modules[0]["measurements"] > 0 and modules[1]["measurements"] == 0
     assert modules[0]["schedules"] == modules[1]["schedules"] and modules[0]["rows"] == modules[1]["rows"]
+
+
+def test_the_same_family_command_with_out_runs_again_into_its_directory(tmp_path):
+    """The family's --out was checked as a single kernel's: a directory was refused ("is a directory:
+    give a file path"), so the command that had made it failed when run again."""
+    (tmp_path / "spec.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef t(x):\n    return ax.tanh(x)\n"
+    )
+    args = ("tune", "spec.py:t", "--shape", "M=128,256", "--shape", "N=128", "--trials", "1", "--quiet", "--no-track")
+    for _ in range(2):
+        result = axon_in_process(*args, "--workdir", "w", "--out", "fam", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "fam" / "t_family.py").is_file()
+    os.mkfifo(tmp_path / "pipe")
+    result = axon_in_process(*args, "--workdir", "w", "--out", "pipe", cwd=tmp_path)
+    assert result.returncode == 2 and "--out pipe is a named pipe" in result.stderr, result.stderr
+
+
+def test_a_family_out_on_a_read_only_mount_is_refused_before_tuning(tmp_path, monkeypatch):
+    # "Read-only file system: ro/fam" came after every shape was tuned; as root (the tests) a 0o555
+    # directory is writable, so the mount's answer to access(2) is given here
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr("axon.search.guards.os.access", lambda p, m: Path(p) != folder and real_access(p, m))
+    args = ("tune", "softmax", "--preset", "small", "--shape", "M=128,256", "--trials", "1", "--no-track")
+    refused(*args, "--workdir", str(tmp_path / "w"), "--out", str(folder / "fam"), fragments=("is not writable",))
 
 
 def test_a_family_tuned_on_a_hardware_file_of_ones_own_emulates_on_it(tmp_path):

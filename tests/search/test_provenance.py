@@ -43,6 +43,9 @@ def test_a_tuned_kernel_verifies_and_an_edited_or_damaged_one_does_not(tmp_path)
     other = tmp_path / "other.py"
     other.write_text(text.replace(info["variant"], "0" * len(info["variant"])))
     assert "is not found again" in verify(other).failures[0]
+    # the spec edited since: "not found again" alone read as a proof that failed
+    spec.write_text(spec.read_text().replace("x * s", "x * s * 2.0"))
+    assert "the spec traces to another graph" in verify(out).failures[0] and "edited since?" in verify(out).failures[0]
     damaged = tmp_path / "damaged.py"
     damaged.write_text(text.replace('"point"', '"pint"'))
     with pytest.raises(SpecError, match="damaged"):

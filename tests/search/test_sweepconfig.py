@@ -15,6 +15,11 @@ from axon.search.sweepconfig import compare, load_sweep
 from tests.conftest import REPO, axon_in_process, refused
 
 
+def test_a_directory_given_as_the_config_is_not_reported_missing(tmp_path):
+    with pytest.raises(SpecError, match="is a directory, not a file"):
+        load_sweep(tmp_path)
+
+
 def test_shipped_configs_parse():
     nightly = load_sweep(REPO / "configs/sweeps/nightly.yaml")
     assert nightly.name == "nightly" and nightly.hw == ("trn1",)
@@ -33,7 +38,12 @@ def test_shipped_configs_parse():
         ("entries: [{workload: matmul, shape: {M: -1}}]\n", r"entries\[0\]\.shape"),
         ("entries: [{workload: matmul}]\nsampler: annealing\n", "field sampler must be one of"),
         ("entries: [{workload: matmul}]\ntrials: 0\n", "field trials must be positive"),
-        ("entries: [{workload: matmul}]\ncolour: blue\n", "unknown field colour"),
+        ("entries: [{workload: matmul}]\ncolour: blue\n", r"unknown field colour \(a sweep's fields: backend, entries"),
+        (
+            "entries: [{workload: matmul, trials: 2}]\n",
+            r"unknown field entries\[0\]\.trials \(an entry's fields: dtype, preset, shape, workload; trials is the "
+            "whole sweep's, at the top level\\)",
+        ),
         ("entries: [{workload: matmul}]\nregression_threshold: -0.1\n", "regression_threshold must be a number >= 0"),
         # .nan was taken, and then a sweep twice as slow was not flagged (--fail-on-regression passed)
         (

@@ -197,3 +197,13 @@ def test_a_root_of_a_difference_that_can_go_negative_synthesizes_without_warning
     for grp in fused_groups(g):
         synthesize_instructions(grp)
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_ctrl_c_during_an_instruction_proof_interrupts_it(monkeypatch):
+    """As a variant's proof: Z3 took the SIGINT, the sequence went unproved (not offered) and the
+    tune ran on with a smaller space."""
+    from tests.conftest import ctrl_c_during_every_z3_check
+
+    group = _output_group("softmax")
+    with ctrl_c_during_every_z3_check(monkeypatch), pytest.raises(KeyboardInterrupt):
+        synthesize_instructions(group)

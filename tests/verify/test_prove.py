@@ -198,3 +198,14 @@ def test_a_normal_form_too_large_is_unknown_at_once():
     result = prove(trace(four_layernorms, M=8, N=16), trace(four_layernorms_scaled_first, M=8, N=16))
     assert isinstance(result, Unknown) and "normal form over 4,194,304 characters" in result.reason
     assert time.perf_counter() - start < 5
+
+
+def test_a_ctrl_c_during_a_proof_interrupts_it_and_is_not_an_unknown(monkeypatch):
+    """Z3 took the SIGINT for itself: the check came back `unknown` ("interrupted from keyboard"), the
+    step was dropped as unproved and the command ran on to its end, exit 0."""
+    from axon.verify import expr
+    from axon.verify.smt import check_equal
+    from tests.conftest import ctrl_c_during_every_z3_check
+
+    with ctrl_c_during_every_z3_check(monkeypatch), pytest.raises(KeyboardInterrupt):
+        check_equal([expr.const(1)], [expr.const(1)], timeout_s=5.0)
