@@ -1,5 +1,5 @@
 """`python -m axon`: the `axon` command (as `python -m axon.cli`)."""
 
-from axon.cli import main
+from axon.entry import main
 
 main()

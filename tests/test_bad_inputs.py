@@ -39,6 +39,14 @@ def unshaped(x, y):
     return x + y
 
 @ax.spec(x="M K")
+def uses_where(x):
+    return ax.where(x > 0, x, 0.0)
+
+@ax.spec(x="M K")
+def uses_sqrtt(x):
+    return ax.sqrtt(x)
+
+@ax.spec(x="M K")
 def numpy_scalars(x):
     return np.float32(2.0) * x + np.float64(1.0) / (x * x + 1)
 """
@@ -64,6 +72,22 @@ def specs(tmp_path):
 def test_spec_mistakes(specs, fn, fragments):
     for command in ("show", "check"):
         refused(command, f"{specs}:{fn}", "--shape", "M=4,K=8", fragments=fragments)
+
+
+def test_an_unknown_op_is_offered_a_near_spelling_only(specs):
+    """ax.where was answered "did you mean ax.power?" (difflib's 0.6 cutoff); a typo keeps its hint."""
+    line = refused("check", f"{specs}:uses_where", "--shape", "M=4,K=8", fragments=("op ax.where is not supported",))
+    assert "did you mean" not in line
+    refused("check", f"{specs}:uses_sqrtt", "--shape", "M=4,K=8", fragments=("did you mean ax.sqrt?",))
+
+
+def test_a_hardware_file_name_with_a_suffix_is_taken_as_a_path(tmp_path):
+    """--hw specs.py was looked up as .../axon/target/hw/specs.py.yaml; a built-in name still is one."""
+    (tmp_path / "specs.py").write_text("a: 1\n")
+    refused("hw", "specs.py", cwd=tmp_path, fragments=("specs.py: missing field name",))
+    refused("hw", "nosuch.json", cwd=tmp_path, fragments=("hardware file nosuch.json not found", "built-in: trn1"))
+    (tmp_path / "trn1").write_text("not a hardware file\n")  # a file named like a built-in does not shadow it
+    assert axon_in_process("hw", "trn1", cwd=tmp_path).returncode == 0
 
 
 def test_numpy_scalars_still_trace(specs):

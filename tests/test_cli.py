@@ -168,3 +168,23 @@ def test_python_dash_m_axon_runs_the_command(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2 and result.stderr.startswith("axon: error: unknown workload 'nosuch'"), result.stderr
+
+
+def test_a_ctrl_c_while_the_command_loads_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in the command's first half second (Python importing it) printed a KeyboardInterrupt
+    traceback from the middle of an import; the entry point catches it as the command does later."""
+    import builtins
+
+    from axon import entry
+
+    real = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "axon.cli":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        entry.main()
+    assert exit_.value.code == 130 and capsys.readouterr().err == "axon: interrupted\n"

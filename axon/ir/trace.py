@@ -134,7 +134,7 @@ def _unknown_op(fn: Callable[..., Any], exc: AttributeError) -> None:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
     ops = sorted(OPS)
-    close = difflib.get_close_matches(exc.name, ops, n=1)
+    close = difflib.get_close_matches(exc.name, ops, n=1, cutoff=0.75)  # at 0.6: ax.where -> "ax.power?"
     hint = f"did you mean ax.{close[0]}? " if close else ""
     raise SpecError(
         f"spec {fn.__name__}: op ax.{exc.name} is not supported{where}; {hint}the supported ops are the "

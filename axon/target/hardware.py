@@ -237,7 +237,9 @@ def load_hw(name_or_path: str | os.PathLike[str] = DEFAULT_HW) -> HardwareSpec:
     True
     """
     text = str(name_or_path)
-    path = Path(text) if (text.endswith((".yaml", ".yml")) or os.sep in text) else CONFIG_DIR / f"{text}.yaml"
+    # a name with a suffix (specs.py, trn1.json) is a path too: it was looked up as .../hw/specs.py.yaml
+    named_file = text.endswith((".yaml", ".yml")) or os.sep in text or Path(text).suffix != ""
+    path = Path(text) if named_file else CONFIG_DIR / f"{text}.yaml"
     if not path.is_file() and path.parts == ("configs", "hw", path.name) and (CONFIG_DIR / path.name).is_file():
         path = CONFIG_DIR / path.name
     if Path(text).is_dir():  # it said ".../axon/target/hw/DIR.yaml not found"
