@@ -133,6 +133,15 @@ def test_check_forced_past_its_guard_into_an_allocation_that_fails_is_one_line()
     refused(*args, fragments=("out of memory: Unable to allocate", "use a smaller --shape"))
 
 
+def test_a_shape_past_what_an_array_can_hold_is_refused_even_with_force(tmp_path):
+    # check: numpy's "ValueError: Maximum allowed dimension exceeded" as a traceback; tune: every trial
+    # failed with "OverflowError: Python int too large to convert to C ssize_t"
+    huge = ("--shape", "M=100000000000000000000000,N=512", "--force")
+    fragments = ("softmax at M=100000000000000000000000,N=512", "5.12e+25 elements", "more than any array can hold")
+    refused("check", "softmax", *huge, fragments=fragments)
+    refused("tune", "softmax", *huge, "--trials", "2", "--workdir", str(tmp_path / "w"), fragments=fragments)
+
+
 def _tiny_sbuf(tmp_path):
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(

@@ -129,10 +129,23 @@ def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
     return est
 
 
-def check_evaluate(graph: Graph, what: str) -> None:
-    """SpecError when evaluating `graph` in float64 would take more than half of this machine's memory."""
+# The most elements one array can have (numpy's index type): a tensor past it cannot be evaluated at all
+MAX_ELEMENTS = 2**63 - 1
+
+
+def check_evaluate(graph: Graph, what: str, force: bool = False) -> None:
+    """SpecError when evaluating `graph` in float64 would take more than half of this machine's memory
+    (unless `force`), or when one of its tensors has more elements than any array can (even with it:
+    `check --force` at M=10^23 ended in numpy's "Maximum allowed dimension exceeded", a traceback)."""
+    dims = graph.bindings
+    largest = max((n.type.numel(dims) for n in graph.nodes if n.op not in ("const", "dimsize")), default=0)
+    if largest > MAX_ELEMENTS:
+        shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
+        raise SpecError(
+            f"{what} at {shape}: a tensor of {largest:.3g} elements, more than any array can hold (2^63 - 1)"
+        )
     need = evaluate_bytes(graph)
-    if need > HOST_FRACTION * host_memory():
+    if not force and need > HOST_FRACTION * host_memory():
         shape = ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
         raise SpecError(
             f"{what} at {shape}: evaluating it needs about {_gib(need)} of host memory, more than half "
@@ -259,6 +272,8 @@ def preflight(request: TuneRequest) -> tuple[Workload, Graph]:
     check_records(records_location(request.records, request.storage, request.workdir.records))
     if not request.force:
         check_tune(graph, request.hw, w.name)
+    else:  # past the guards, but not past what an array can hold: every trial failed with an OverflowError
+        check_evaluate(graph, w.name, force=True)
     return w, graph
 
 
