@@ -210,9 +210,11 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("cpus", ["1", "2"])
-def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus):
-    """Also with a tune's second process (`axon.forked`): its forked children are gone with it."""
+@pytest.mark.parametrize("cpus, sig", [("1", signal.SIGINT), ("2", signal.SIGINT), ("2", signal.SIGTERM)])
+def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus, sig):
+    """Also with a tune's second process (`axon.forked`): its forked children are gone with it. A
+    SIGTERM (kill, a job runner's stop) stops it the same way, exit 143: it ended the process where it
+    stood, with no kernel written."""
     work = tmp_path / "w"
     proc = subprocess.Popen(
         [
@@ -254,7 +256,7 @@ def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus):
             if children or cpus == "1":
                 break
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         try:
             out, err = proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:
@@ -264,7 +266,7 @@ def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == 128 + sig, err[-2000:]
     assert (cpus == "2") == bool(children)
     gone_by = time.time() + 0.5  # the children get 0.5 s to go (polled: most are gone already)
     while any(_running(c) for c in children) and time.time() < gone_by:

@@ -16,7 +16,7 @@ import click
 import numpy as np
 
 from axon import lazy
-from axon.cli.common import dtype_option, preset_option, shape_option, spec_graph
+from axon.cli.common import dtype_option, interrupted_exit, preset_option, shape_option, spec_graph
 from axon.cli.fleet import worker
 from axon.cli.nki import nki
 from axon.cli.profile import profile
@@ -166,10 +166,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except click.Abort:
         click.echo("axon: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(interrupted_exit())
     except KeyboardInterrupt:
         click.echo("axon: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(interrupted_exit())
     except MemoryError as exc:  # past a guard with --force: "Unable to allocate 2.84 PiB ..." was a traceback
         click.echo(f"axon: error: out of memory: {exc or 'an allocation failed'}: use a smaller --shape", err=True)
         sys.exit(2)

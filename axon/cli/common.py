@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import click
@@ -40,3 +41,27 @@ def resolve_workdir(workdir: str | None) -> Workdir:
 def spec_graph(workload: str, shape: str | None, preset: str, dtype: str) -> Any:
     """The graph of a built-in workload or a spec file `path.py:function` at a preset and --shape."""
     return workload_graph(get(workload), preset, dtype, parse_shape_option(shape))
+
+
+_STOPPED_BY: list[int] = []  # the signal that stopped the command, when it was not a Ctrl-C
+
+
+def stop_like_ctrl_c() -> None:
+    """Ctrl-C and SIGTERM (`kill`, a job runner's stop) stop a long command the same way: the best
+    kernel so far checked and written, the MLflow run ended KILLED at once, and the same command
+    resuming later. SIGTERM ended the process where it stood (exit 143, no kernel written, the run
+    marked KILLED only by the next command on this host). SIGINT is restored too: started in the
+    background by a non-interactive shell, it arrives ignored."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    _STOPPED_BY.append(signum)
+    raise KeyboardInterrupt
+
+
+def interrupted_exit() -> int:
+    """The exit status of an interrupted command, as a shell reports the signal: 130 after a Ctrl-C,
+    143 after a SIGTERM."""
+    return 128 + _STOPPED_BY[0] if _STOPPED_BY else 130

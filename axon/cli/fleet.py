@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from axon.cli.common import resolve_workdir, workdir_option
+from axon.cli.common import resolve_workdir, stop_like_ctrl_c, workdir_option
 from axon.errors import SpecError, StoreError
 from axon.measure.events import Callback
 from axon.search.fleet import Fleet, pending_sweeps, publish, work
@@ -116,7 +116,7 @@ def worker(workdir, sweep_id, storage, records, tracking_uri, cost_model, as_jso
     Started on any machine with the same --storage (and --tracking-uri), it takes the next task
     no worker holds; the last to finish writes the summary and retrains the cost model.
     """
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # as `tune` and `sweep`, also in the background
+    stop_like_ctrl_c()  # as `tune` and `sweep`, also in the background; SIGTERM as Ctrl-C
     shared = bool(records or storage)
     where = "the shared store" if shared else Workdir(Workdir.locate(workdir)).records  # a URL may hold a password
     fleet = Fleet(resolve_workdir(workdir), storage, records, tracking_uri) if shared or Path(where).exists() else None

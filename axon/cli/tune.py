@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 from typing import Any
 
 import click
 from tqdm import tqdm
 
-from axon.cli.common import resolve_workdir, shape_option_with, workdir_option
+from axon.cli.common import interrupted_exit, resolve_workdir, shape_option_with, stop_like_ctrl_c, workdir_option
 from axon.cli.fleet import fleet_sweep, show_report
 from axon.ir import KERNEL_DTYPES
 from axon.measure.events import Callback, TrialLog
@@ -171,7 +170,7 @@ def tune(
 
     # started in the background by a non-interactive shell, SIGINT arrives ignored: Ctrl-C (or
     # kill -INT) must still stop the run and write the best kernel so far
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_like_ctrl_c()
     parsed = parse_shape_range(shape) if shape and (".." in shape or _has_list(shape)) else {}
     fixed = {k: v[0] for k, v in parsed.items() if len(v) == 1}
     ranges = {k: v for k, v in parsed.items() if len(v) > 1}
@@ -213,7 +212,7 @@ def tune(
                 "reused, not measured again",
                 err=True,
             )
-            sys.exit(130)
+            sys.exit(interrupted_exit())
         click.echo(json.dumps(family.as_dict(), default=str) if as_json else family.summary())
         return
     label = workload.rpartition(":")[2] if ".py:" in workload else workload
@@ -223,7 +222,7 @@ def tune(
     except TuneInterrupted as stop:
         progress.close()
         click.echo(f"axon: {stop.message}", err=True)
-        sys.exit(130)
+        sys.exit(interrupted_exit())
     finally:
         progress.close()
     if as_json:
@@ -280,7 +279,7 @@ def sweep(
 
     # as `tune`: started in the background by a non-interactive shell, SIGINT arrives ignored, and
     # Ctrl-C (or kill -INT) ran the whole sweep to its end; it must stop it (a resumed sweep goes on)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_like_ctrl_c()
     path = resolve_workdir(workdir)
     if workers > 1 or storage or records:
         fleet_sweep(
