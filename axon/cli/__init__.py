@@ -25,7 +25,7 @@ from axon.cli.tune import sweep, tune
 from axon.cli.variants import variants, verify
 from axon.errors import AxonError, storage_failure
 from axon.ir import DEFINED_RANGE, defined_case, flops, min_bytes
-from axon.search.guards import check_evaluate
+from axon.search.guards import check_evaluate, check_representable
 from axon.target import DEFAULT_HW, load_hw
 from axon.workloads import all_workloads
 
@@ -74,7 +74,9 @@ def check(workload: str, shape: str | None, preset: str, seed: int, force: bool)
     """Evaluate WORKLOAD's graph on random inputs (float64) and report output statistics."""
 
     g = spec_graph(workload, shape, preset, "float32")
-    check_evaluate(g, workload, force)
+    check_representable(g, workload)
+    if not force:
+        check_evaluate(g, workload)
     _, outputs, undefined = defined_case(g, seed)  # the tuner's checks' inputs (reference_case)
     if undefined:
         lo, hi = DEFINED_RANGE
@@ -164,10 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(2)
-    except click.Abort:
-        click.echo("axon: interrupted", err=True)
-        sys.exit(interrupted_exit())
-    except KeyboardInterrupt:
+    except (click.Abort, KeyboardInterrupt):
         click.echo("axon: interrupted", err=True)
         sys.exit(interrupted_exit())
     except MemoryError as exc:  # past a guard with --force: "Unable to allocate 2.84 PiB ..." was a traceback

@@ -108,7 +108,7 @@ def _gib(n: float) -> str:
 def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
     """SpecError when `graph` cannot be tuned on `hw` here (HBM, host memory, seconds per trial)."""
     est = estimate(graph)
-    shape = ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
+    shape = _shape_text(graph)
     hbm = hw.memory.hbm_bytes
     if est.hbm_bytes > hbm:
         raise SpecError(
@@ -133,22 +133,29 @@ def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
 MAX_ELEMENTS = 2**63 - 1
 
 
-def check_evaluate(graph: Graph, what: str, force: bool = False) -> None:
-    """SpecError when evaluating `graph` in float64 would take more than half of this machine's memory
-    (unless `force`), or when one of its tensors has more elements than any array can (even with it:
-    `check --force` at M=10^23 ended in numpy's "Maximum allowed dimension exceeded", a traceback)."""
+def _shape_text(graph: Graph) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
+
+
+def check_representable(graph: Graph, what: str) -> None:
+    """SpecError when one of `graph`'s tensors has more elements than any array can hold, which no
+    `--force` gets past: `check --force` at M=10^23 ended in numpy's "Maximum allowed dimension
+    exceeded" (a traceback), and every trial of `tune --force` in an OverflowError."""
     dims = graph.bindings
     largest = max((n.type.numel(dims) for n in graph.nodes if n.op not in ("const", "dimsize")), default=0)
     if largest > MAX_ELEMENTS:
-        shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
         raise SpecError(
-            f"{what} at {shape}: a tensor of {largest:.3g} elements, more than any array can hold (2^63 - 1)"
+            f"{what} at {_shape_text(graph)}: a tensor of {largest:.3g} elements, more than any array can hold "
+            "(2^63 - 1)"
         )
+
+
+def check_evaluate(graph: Graph, what: str) -> None:
+    """SpecError when evaluating `graph` in float64 would take more than half of this machine's memory."""
     need = evaluate_bytes(graph)
-    if not force and need > HOST_FRACTION * host_memory():
-        shape = ",".join(f"{k}={v}" for k, v in sorted(graph.bindings.items()))
+    if need > HOST_FRACTION * host_memory():
         raise SpecError(
-            f"{what} at {shape}: evaluating it needs about {_gib(need)} of host memory, more than half "
+            f"{what} at {_shape_text(graph)}: evaluating it needs about {_gib(need)} of host memory, more than half "
             f"of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)"
         )
 
@@ -270,10 +277,9 @@ def preflight(request: TuneRequest) -> tuple[Workload, Graph]:
     if request.storage is None or "://" not in request.storage:
         check_journal(Path(request.storage) if request.storage else request.workdir.journal)
     check_records(records_location(request.records, request.storage, request.workdir.records))
+    check_representable(graph, w.name)
     if not request.force:
         check_tune(graph, request.hw, w.name)
-    else:  # past the guards, but not past what an array can hold: every trial failed with an OverflowError
-        check_evaluate(graph, w.name, force=True)
     return w, graph
 
 
