@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -210,11 +211,14 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("cpus, sig", [("1", signal.SIGINT), ("2", signal.SIGINT), ("2", signal.SIGTERM)])
-def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus, sig):
+@pytest.mark.parametrize(
+    "cpus, sig, flag",
+    [("1", signal.SIGINT, "--json"), ("2", signal.SIGINT, "--quiet"), ("2", signal.SIGTERM, "--quiet")],
+)
+def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus, sig, flag):
     """Also with a tune's second process (`axon.forked`): its forked children are gone with it. A
     SIGTERM (kill, a job runner's stop) stops it the same way, exit 143: it ended the process where it
-    stood, with no kernel written."""
+    stood, with no kernel written. With --json, stdout has the interruption as JSON (it was empty)."""
     work = tmp_path / "w"
     proc = subprocess.Popen(
         [
@@ -230,7 +234,7 @@ def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus, sig):
             "--workdir",
             str(work),
             "--no-track",
-            "--quiet",
+            flag,
             "--cpus",
             cpus,
         ],
@@ -277,6 +281,12 @@ def test_ctrl_c_writes_the_best_kernel_so_far(tmp_path, cpus, sig):
     kernel = match.group(1)
     assert kernel.startswith(str(work / "kernels" / "rmsnorm_matmul_trn1_"))
     assert "def rmsnorm_matmul(" in open(kernel).read()
+    if flag == "--json":
+        stopped = json.loads(out)
+        assert stopped["interrupted"] is True and stopped["kernel_path"] == kernel, out
+        assert stopped["best_latency_ns"] > 0 and stopped["workload"] == "rmsnorm_matmul"
+    else:
+        assert out == ""
 
 
 def test_cost_model_records_its_hardware(tmp_path):

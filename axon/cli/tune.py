@@ -206,12 +206,14 @@ def tune(
         try:
             family = tune_family(request, ranges, warn=_warn)
         except KeyboardInterrupt:
-            click.echo(
-                "axon: interrupted, no family written; the measurements so far are in the records database "
+            message = (
+                "interrupted, no family written; the measurements so far are in the records database "
                 "(--records, default WORKDIR/records.db), and the same command resumes: measured kernels are "
-                "reused, not measured again",
-                err=True,
+                "reused, not measured again"
             )
+            click.echo(f"axon: {message}", err=True)
+            if as_json:
+                click.echo(json.dumps({"interrupted": True, "workload": workload, "family": None, "message": message}))
             sys.exit(interrupted_exit())
         click.echo(json.dumps(family.as_dict(), default=str) if as_json else family.summary())
         return
@@ -222,6 +224,8 @@ def tune(
     except TuneInterrupted as stop:
         progress.close()
         click.echo(f"axon: {stop.message}", err=True)
+        if as_json:
+            click.echo(json.dumps(stop.as_dict(label), default=str))
         sys.exit(interrupted_exit())
     finally:
         progress.close()

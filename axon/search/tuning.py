@@ -66,11 +66,23 @@ class CheckFailed(AxonError):
 
 
 class TuneInterrupted(KeyboardInterrupt):
-    """Ctrl-C during tuning; `kernel_path` is the best kernel so far, checked and written (or "")."""
+    """Ctrl-C during tuning; `kernel_path` is the best kernel so far, checked and written (or ""),
+    `best_latency_ns` its latency (None when none was written)."""
 
-    def __init__(self, message: str, kernel_path: str = "") -> None:
+    def __init__(self, message: str, kernel_path: str = "", best_latency_ns: float | None = None) -> None:
         super().__init__(message)
-        self.message, self.kernel_path = message, kernel_path
+        self.message, self.kernel_path, self.best_latency_ns = message, kernel_path, best_latency_ns
+
+    def as_dict(self, workload: str) -> dict[str, object]:
+        """What `axon tune --json` prints when interrupted: a script reading stdout learns that the
+        tune stopped and where the kernel it did write is, not an empty stream."""
+        return {
+            "interrupted": True,
+            "workload": workload,
+            "best_latency_ns": self.best_latency_ns,
+            "kernel_path": self.kernel_path or None,
+            "message": self.message,
+        }
 
 
 def failure_summary(logs: Sequence[TrialLog], failed: int) -> str:
@@ -281,6 +293,7 @@ def _tune(
             raise TuneInterrupted(
                 f"{w.name}: interrupted; best so far {(best.latency_ns or 0) / 1e3:,.1f} us, kernel: {kernel_path}",
                 str(kernel_path),
+                best.latency_ns,
             ) from None
         if result.best is None:
             if not result.trials:

@@ -311,7 +311,7 @@ def test_a_family_tuned_on_a_hardware_file_of_ones_own_emulates_on_it(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(tmp_path):
     args = [sys.executable, "-m", "axon.cli", "tune", "rmsnorm_matmul", "--preset", "small", "--shape", "M=128..512"]
-    args += ["--trials", "40", "--workdir", str(tmp_path), "--no-track", "--quiet"]
+    args += ["--trials", "40", "--workdir", str(tmp_path), "--no-track", "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline, db = time.time() + 120, tmp_path / "records.db"
@@ -321,15 +321,21 @@ def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(
             if db.exists() and len(RecordDB(db).records()) >= 3:
                 break
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted, no family written" in err and "Traceback" not in err, err[-2000:]
+    assert json.loads(out) == {  # with --json, stdout says so too (it was empty)
+        "interrupted": True,
+        "workload": "rmsnorm_matmul",
+        "family": None,
+        "message": err.strip().removeprefix("axon: "),
+    }
     kept = {r.kernel_hash for r in RecordDB(db).records()}
     assert len(kept) >= 3
-    resumed = axon_in_process(*args[3:10], "4", *args[11:], "--json")
+    resumed = axon_in_process(*args[3:10], "4", *args[11:])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     after = {r.kernel_hash for r in RecordDB(db).records()}
     assert kept <= after  # nothing recorded before the interrupt was lost
