@@ -224,8 +224,9 @@ def tune(
     except TuneInterrupted as stop:
         progress.close()
         click.echo(f"axon: {stop.message}", err=True)
-        if as_json:
-            click.echo(json.dumps(stop.as_dict(label), default=str))
+        if as_json:  # a script reading stdout learns where the kernel written is, not an empty stream
+            stopped = {"interrupted": True, "workload": label, "best_latency_ns": stop.best_latency_ns}
+            click.echo(json.dumps({**stopped, "kernel_path": stop.kernel_path or None, "message": stop.message}))
         sys.exit(interrupted_exit())
     finally:
         progress.close()

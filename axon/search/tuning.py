@@ -73,17 +73,6 @@ class TuneInterrupted(KeyboardInterrupt):
         super().__init__(message)
         self.message, self.kernel_path, self.best_latency_ns = message, kernel_path, best_latency_ns
 
-    def as_dict(self, workload: str) -> dict[str, object]:
-        """What `axon tune --json` prints when interrupted: a script reading stdout learns that the
-        tune stopped and where the kernel it did write is, not an empty stream."""
-        return {
-            "interrupted": True,
-            "workload": workload,
-            "best_latency_ns": self.best_latency_ns,
-            "kernel_path": self.kernel_path or None,
-            "message": self.message,
-        }
-
 
 def failure_summary(logs: Sequence[TrialLog], failed: int) -> str:
     """`4 failed (3x "reason a", 1x "reason b"): first: <the first reason in full>`."""
