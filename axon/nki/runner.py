@@ -16,11 +16,12 @@ import sys
 import traceback
 import types
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from axon.errors import AxonError, NKIError
 from axon.nki import legacy_isa
@@ -294,7 +295,16 @@ def _small_blas() -> Any:
     """Run BLAS single-threaded while emulating: every nc_matmul is a small (<=128x128x512) product,
     for which thread start-up and synchronization cost far more than the arithmetic, above all on
     a loaded machine."""
-    return threadpool_limits(limits=1, user_api="blas")
+    return _blas_libraries().limit(limits=1, user_api="blas")
+
+
+@cache
+def _blas_libraries() -> ThreadpoolController:
+    """The thread pools of the libraries loaded, found once per process: `threadpool_limits` looks
+    them up on every call, walking every shared library the process has loaded (2-3 ms in a tune,
+    which has loaded MLflow's, XGBoost's and Z3's: 3% of the test suite's CPU, one lookup per kernel
+    run). NumPy's BLAS, the one the emulator's products use, is loaded before this module."""
+    return ThreadpoolController()
 
 
 def run(kernel: Any, *arrays: Any, hw: str | HardwareSpec = DEFAULT_HW, **kwargs: Any) -> Any:

@@ -225,3 +225,30 @@ def test_a_row_reduction_without_keepdims_scales_its_rows_at_one_column_too(tmp_
     got = np.asarray(axon.nki.run(axon.nki.load_kernel(f"{tmp_path / 'k.py'}:k"), a), dtype=np.float64)
     x = a.astype(np.float64)
     assert rel_err(got, x * (x * x).sum(axis=1, keepdims=True)) < 1e-6
+
+
+def test_a_kernel_runs_with_blas_single_threaded_and_the_callers_threads_come_back():
+    """Every nc_matmul is a small product: the emulator limits BLAS to one thread around each run
+    (the libraries' thread pools found once per process), and the caller's setting is restored."""
+    import nki
+    import nki.language as nl
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> int:
+        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    seen = []
+
+    @nki.jit
+    def copy(a):
+        seen.append(blas_threads())
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+
+    a = np.ones((128, 4), dtype=np.float32)
+    with threadpool_limits(limits=2, user_api="blas"):
+        for _ in range(2):
+            assert np.array_equal(copy(a), a)
+        assert blas_threads() == 2
+    assert seen == [1, 1]
