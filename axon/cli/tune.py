@@ -74,6 +74,19 @@ class Progress(Callback):
             self.bar.close()
 
 
+def _stopped(stop: KeyboardInterrupt, **what: str) -> dict[str, object]:
+    """What --json prints when a tune or sweep is interrupted: a script reading stdout learns that it
+    stopped and where the kernel written is, not an empty stream."""
+    tuning = stop if isinstance(stop, TuneInterrupted) else None
+    return {
+        "interrupted": True,
+        **what,  # workload=..., or sweep=...
+        "best_latency_ns": tuning.best_latency_ns if tuning else None,
+        "kernel_path": (tuning.kernel_path or None) if tuning else None,
+        "message": tuning.message if tuning else "interrupted",
+    }
+
+
 def _has_list(shape: str) -> bool:
     """`M=512,1024`: an item without `=` continues the previous dimension's list."""
     return any("=" not in item for item in shape.split(","))
@@ -224,9 +237,8 @@ def tune(
     except TuneInterrupted as stop:
         progress.close()
         click.echo(f"axon: {stop.message}", err=True)
-        if as_json:  # a script reading stdout learns where the kernel written is, not an empty stream
-            stopped = {"interrupted": True, "workload": label, "best_latency_ns": stop.best_latency_ns}
-            click.echo(json.dumps({**stopped, "kernel_path": stop.kernel_path or None, "message": stop.message}))
+        if as_json:
+            click.echo(json.dumps(_stopped(stop, workload=label)))
         sys.exit(interrupted_exit())
     finally:
         progress.close()
@@ -339,6 +351,14 @@ def sweep(
             sampler=sampler,
             callbacks=[CurrentTask()],
         )
+    except KeyboardInterrupt as stop:  # the task's kernel so far was written: say where (it said only "interrupted")
+        if bar["p"] is not None:
+            bar["p"].close()
+        told = f"{stop.message}; " if isinstance(stop, TuneInterrupted) else ""
+        click.echo(f"axon: sweep {parsed.name} interrupted: {told}the same command resumes it", err=True)
+        if as_json:
+            click.echo(json.dumps(_stopped(stop, sweep=parsed.name)))
+        sys.exit(interrupted_exit())
     finally:
         if bar["p"] is not None:
             bar["p"].close()

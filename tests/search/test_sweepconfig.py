@@ -1,6 +1,7 @@
 """Sweep configs: the shipped ones parse; mistakes name the file and field; regressions are found."""
 
 import importlib
+import json
 import os
 import signal
 import warnings
@@ -125,6 +126,32 @@ def test_sweep_and_worker_stop_on_sigint_when_started_with_it_ignored(tmp_path, 
     finally:
         signal.signal(signal.SIGINT, previous)
     assert seen == [signal.default_int_handler] and result.returncode == 130, (seen, result.stderr)
+
+
+@pytest.mark.parametrize("flag", ["--quiet", "--json"])
+def test_a_sweep_interrupted_in_a_task_says_where_that_tasks_kernel_is(tmp_path, monkeypatch, flag):
+    """The task's tune wrote its best kernel so far, and the sweep said only "axon: interrupted"
+    (with --json, nothing on stdout)."""
+    from axon.search.api import TuneInterrupted
+
+    def interrupted(*args, **kwargs):
+        raise TuneInterrupted(
+            "softmax: interrupted; best so far 23.5 us, kernel: /k/softmax.py", "/k/softmax.py", 23500.0
+        )
+
+    monkeypatch.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", interrupted)
+    result = axon_in_process("sweep", str(REPO / "configs/sweeps/demo.yaml"), "--workdir", str(tmp_path), flag)
+    assert result.returncode == 130
+    assert result.stderr.strip() == (
+        "axon: sweep demo interrupted: softmax: interrupted; best so far 23.5 us, kernel: /k/softmax.py; "
+        "the same command resumes it"
+    )
+    if flag == "--json":
+        stopped = json.loads(result.stdout)
+        assert stopped["sweep"] == "demo" and stopped["kernel_path"] == "/k/softmax.py", stopped
+        assert stopped["interrupted"] is True and stopped["best_latency_ns"] == 23500.0
+    else:
+        assert result.stdout == ""
 
 
 def test_a_missing_cost_model_is_refused_before_any_task(tmp_path):
