@@ -74,16 +74,16 @@ class Progress(Callback):
             self.bar.close()
 
 
-def _stopped(stop: KeyboardInterrupt, **what: str) -> dict[str, object]:
-    """What --json prints when a tune or sweep is interrupted: a script reading stdout learns that it
-    stopped and where the kernel written is, not an empty stream."""
+def _stopped(stop: KeyboardInterrupt, message: str = "interrupted", **what: object) -> dict[str, object]:
+    """What --json prints when a tune, family or sweep is interrupted: a script reading stdout learns
+    that it stopped and where the kernel written is, not an empty stream."""
     tuning = stop if isinstance(stop, TuneInterrupted) else None
     return {
         "interrupted": True,
         **what,  # workload=..., or sweep=...
         "best_latency_ns": tuning.best_latency_ns if tuning else None,
         "kernel_path": (tuning.kernel_path or None) if tuning else None,
-        "message": tuning.message if tuning else "interrupted",
+        "message": tuning.message if tuning else message,
     }
 
 
@@ -218,7 +218,7 @@ def tune(
             )
         try:
             family = tune_family(request, ranges, warn=_warn)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             message = (
                 "interrupted, no family written; the measurements so far are in the records database "
                 "(--records, default WORKDIR/records.db), and the same command resumes: measured kernels are "
@@ -226,7 +226,7 @@ def tune(
             )
             click.echo(f"axon: {message}", err=True)
             if as_json:
-                click.echo(json.dumps({"interrupted": True, "workload": workload, "family": None, "message": message}))
+                click.echo(json.dumps(_stopped(stop, message, workload=workload, family=None)))
             sys.exit(interrupted_exit())
         click.echo(json.dumps(family.as_dict(), default=str) if as_json else family.summary())
         return

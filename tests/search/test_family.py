@@ -331,6 +331,8 @@ def test_ctrl_c_in_a_family_keeps_its_measurements_and_the_same_command_resumes(
         "interrupted": True,
         "workload": "rmsnorm_matmul",
         "family": None,
+        "best_latency_ns": None,
+        "kernel_path": None,
         "message": err.strip().removeprefix("axon: "),
     }
     kept = {r.kernel_hash for r in RecordDB(db).records()}
