@@ -48,7 +48,7 @@ from axon.lower.program import (
 )
 from axon.lower.roles import LoweringError, classify
 from axon.lower.skew import skew
-from axon.lower.state import LoweringState, Rejected, View, for_j, hbm_ref, is_scratch, rows_expr
+from axon.lower.state import LoweringState, Rejected, View, for_j, hbm_ref, is_scratch, psum_banks, rows_expr
 from axon.lower.weights import prepare_weights
 
 KNOB_DEFAULTS: dict[str, Any] = dict(
@@ -134,7 +134,7 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = F
         body.append(Comment(f"pass {i}: computes {', '.join(p.writes)}"))
         body.extend(stmts)
     sbuf_peak = sum(t.bytes_per_partition for t in kernel_allocs if t.buffer == "sbuf")
-    psum_peak = sum(_banks(t) for t in kernel_allocs if t.buffer == "psum")
+    psum_peak = sum(psum_banks(t) for t in kernel_allocs if t.buffer == "psum")
     for p in passes:
         for name, o in zip(p.writes, p.graph.outputs):
             if is_scratch(name):
@@ -205,10 +205,6 @@ def _describe(variant: Any) -> str:
     return "; ".join(getattr(m, "description", str(m)) for m in moves) or "original graph"
 
 
-def _banks(t: Tensor) -> int:
-    return -(-t.bytes_per_partition // 2048)
-
-
 def _cuts(graph: Graph, fusion: Any) -> set[int]:
     if fusion == "fused":
         return set()
@@ -261,7 +257,7 @@ def _lower_pass_now(
         mb = max(1, rows // tm)  # a pass with fewer rows than a block runs with fewer row tiles
     if rows % (tm * mb) and mb > 1:
         raise Rejected(f"m_block: {rows} rows of {g.name} are not a multiple of tile_m*m_block={tm * mb}")
-    st = LoweringState(prefix, knobs, hw, g, roles, tm, mb)
+    st = LoweringState(prefix, knobs, hw, g, roles, tm, mb, budget=fold == 1)  # fold_pass reshapes the tiles
     st.__dict__["reuse"] = reuse
     # only in passes without matmuls: elementwise chains, which otherwise serialize row blocks on their temps
     st.__dict__["rotate_temps"] = rotate_temps and not any(n.op == "matmul" for n in g.nodes)
