@@ -33,6 +33,14 @@ def test_range_list_and_step():
     assert parse_shape_range("M=1..5:2,S=3,4") == {"M": (1, 3, 5), "S": (3, 4)}
 
 
+def test_a_range_whose_end_is_off_the_step_serves_its_end():
+    """`--shape M=1..300` made a family of M=1, 129, 257, silently without the 300 asked for (the
+    README's `M=1..1000` served up to 897)."""
+    assert parse_shape_range("M=1..300") == {"M": (1, 129, 257, 300)}
+    assert parse_shape_range("M=1..1000")["M"][-2:] == (897, 1000)
+    assert parse_shape_range("M=2..11:4,K=64") == {"M": (2, 6, 10, 11), "K": (64,)}
+
+
 @pytest.mark.parametrize(
     "text, fragment",
     [
