@@ -435,6 +435,17 @@ def test_a_directory_named_like_a_spec_file_is_not_reported_missing(tmp_path):
     refused("tune", "model.py:f", cwd=tmp_path, fragments=("model.py' is a directory, not a file",))
 
 
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_a_directory_named_like_a_kernel_file_is_not_reported_missing(tmp_path, command):
+    """`axon nki run kdir.py:k` said "kernel file kdir.py not found" of a directory that is there."""
+    (tmp_path / "kdir.py").mkdir()
+    os.mkfifo(tmp_path / "kpipe.py")
+    refused(
+        "nki", command, "kdir.py:k", "--input", "a=float32[4,4]", cwd=tmp_path, fragments=("kdir.py is a directory",)
+    )
+    refused("nki", command, "kpipe.py:k", cwd=tmp_path, fragments=("kpipe.py is not a regular file",))
+
+
 def test_unreachable_tracking_server_is_refused_at_once(tmp_path):
     # MLflow's client retried a server that refuses connections with backoff: the tune sat silent for minutes
     refused(

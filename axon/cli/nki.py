@@ -228,6 +228,9 @@ def load_user_kernel(ref: str) -> Any:
     """`axon.nki.load_kernel`, with a kernel file's top level bounded as a spec file's is: a loop there
     hung the command without a word, and `sys.exit(4)` ended it with exit 4 and nothing said."""
     path = ref.rpartition(":")[0] or ref
+    if os.path.exists(path) and not os.path.isfile(path):  # the emulator's loader said "not found" of it
+        kind = "a directory" if os.path.isdir(path) else "not a regular file"
+        raise NKIError(f"kernel file {path} is {kind}: give FILE.py:FUNCTION (from {ref!r})")
     try:
         with time_limit(IMPORT_SECONDS):
             fn = axon.nki.load_kernel(ref)
