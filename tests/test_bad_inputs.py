@@ -258,6 +258,25 @@ def test_out_in_a_missing_directory(tmp_path):
     assert not (tmp_path / "nonexistent").exists()
 
 
+def test_out_ending_in_a_slash_is_refused_not_written_as_a_file(tmp_path):
+    """`--out newdir/` (a directory that does not exist) wrote the kernel as a file named `newdir`."""
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--out",
+        "newdir/",
+        "--workdir",
+        "w",
+        cwd=tmp_path,
+        fragments=("--out newdir/ names a directory", "newdir/softmax.py"),
+    )
+    assert not (tmp_path / "newdir").exists()
+
+
 KERNEL = """import nki
 import nki.isa as nisa
 import nki.language as nl

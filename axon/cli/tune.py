@@ -216,6 +216,11 @@ def tune(
         click.echo(json.dumps(family.as_dict(), default=str) if as_json else family.summary())
         return
     label = workload.rpartition(":")[2] if ".py:" in workload else workload
+    if out and out.endswith(("/", os.sep)):  # the path made of it drops the slash: `newdir/` became a file `newdir`
+        raise click.UsageError(
+            f"--out {out} names a directory (it ends in '/'), and tune writes one kernel file: give a file "
+            f"path, e.g. {out}{label}.py"
+        )
     progress = Progress(trials, label, enabled=not (quiet or as_json), verbose=verbose)
     try:
         report = run_tune(request, [progress])
