@@ -276,6 +276,11 @@ def _tune(
                 best, (_, _, _, kernel_path), _ = first_checked(tuner.ranked())
             except AxonError as exc:
                 raise TuneInterrupted(f"interrupted; {exc}; no kernel written") from None
+            except KeyboardInterrupt:  # a second Ctrl-C while it is checked: it was "axon: interrupted" alone
+                raise TuneInterrupted(
+                    f"{w.name}: interrupted again while the best kernel so far was checked, so none was written; "
+                    "every trial is recorded: the same command resumes where it stopped"
+                ) from None
             if run is not None:  # the run's summary is the kernel written, at a step after every trial's
                 run.log_metrics({"best_latency_us": (best.latency_ns or 0) / 1e3}, step=tuner.next_number)
             raise TuneInterrupted(

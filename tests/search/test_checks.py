@@ -295,6 +295,34 @@ def test_ctrl_c_while_the_best_kernel_is_checked_says_the_same_command_writes_it
     assert (report.measured, report.resumed) == (0, 1) and report.kernel_path == stop.value.kernel_path
 
 
+def test_ctrl_c_again_while_the_best_kernel_so_far_is_checked_says_what_is_kept(tmp_path, monkeypatch):
+    # Ctrl-C twice (the first mid-search, the second while its best kernel so far was checked) printed
+    # "axon: interrupted" alone: nothing said whether a kernel was written or what the same command does
+    from axon.search import tuning
+    from axon.search.api import TuneInterrupted, TuneRequest, tune
+
+    request = TuneRequest.make("rmsnorm", preset="small", trials=2, workdir=tmp_path, track=False)
+    search = tuning.Tuner.run
+
+    def search_then_ctrl_c(self):
+        search(self)
+        raise KeyboardInterrupt
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tuning.Tuner, "run", search_then_ctrl_c)
+        patched.setattr(tuning, "numerics_check", ctrl_c)
+        with pytest.raises(
+            TuneInterrupted, match=r"interrupted again .* none was written; .* the same command resumes"
+        ):
+            tune(request)
+    assert not (tmp_path / "kernels").exists()
+    report = tune(request)
+    assert report.measured == 0 and report.kernel_path
+
+
 @ax.spec(x=ax.tensor("M N", range=(9990.0, 10010.0)))
 def one_pass_variance(x):
     mu = ax.mean(x)
