@@ -23,7 +23,7 @@ from axon.search.family import FamilyBuilder, FamilyConfig, FamilyProblems, anch
 from axon.search.familyout import boundary_checks, load_family, write_module
 from axon.target import load_hw
 from axon.workloads import get
-from tests.conftest import REPO, axon_in_process, refused
+from tests.conftest import REPO, axon_in_process, refused, run_axon
 
 
 def test_range_list_and_step():
@@ -477,3 +477,17 @@ def test_a_schedule_failing_its_numerics_check_is_turned_down_and_the_next_serve
     x = (1e4 + np.random.default_rng(0).standard_normal((1, 512))).astype(np.float32)
     ref = np.sqrt(x.astype(np.float64).var(axis=-1) + 1e-6)
     assert np.abs(module.emulate(x).reshape(-1) - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+@pytest.mark.slow
+def test_a_family_with_a_shape_no_kernel_can_be_built_at_is_one_line(tmp_path):
+    """K=100,257: every trial at the prime K fails, and its row of the family's table divided inf by inf:
+    "RuntimeWarning: invalid value encountered in divide" and its source line came above the error."""
+    spec = tmp_path / "outer.py"
+    spec.write_text('import axon.spec as ax\n\n\n@ax.spec(x="M K", w="K N")\ndef outer(x, w):\n    return x @ w\n')
+    shape = "M=128,K=100,257,N=128"
+    r = run_axon(
+        "tune", f"{spec}:outer", "--shape", shape, "--trials", "2", "--quiet", "--workdir", str(tmp_path / "w")
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "contraction 257" in r.stderr and "pad it" in r.stderr and "Warning" not in r.stderr
