@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from axon.errors import SpecError
+from axon.errors import AxonError, SpecError
 from axon.measure.backend import SimBackend
 from axon.measure.records import RecordDB
 from axon.options import parse_shape_range
@@ -192,6 +192,17 @@ def test_family_module_dispatches_to_checked_kernels(family):
     with pytest.raises(KeyError, match="no kernel in this family"):
         module.kernel_file(x[:100], g, w)
     json.dumps(module.ROWS)
+
+
+def test_load_family_refuses_a_file_that_is_not_a_family_module(tmp_path):
+    """A spec file was imported and returned as if a family; a kernel file raised ModuleNotFoundError."""
+    spec = tmp_path / "model.py"
+    spec.write_text('import axon.spec as ax\n\n\n@ax.spec(x="M N")\ndef f(x):\n    return x\n')
+    kernel = tmp_path / "k.py"
+    kernel.write_text("import nki\n\n\n@nki.jit\ndef k(a):\n    return a\n")
+    for path in (spec, kernel):
+        with pytest.raises(AxonError, match="not a kernel family module"):
+            load_family(path)
 
 
 def test_load_family_refuses_a_missing_module():
