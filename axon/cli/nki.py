@@ -109,7 +109,9 @@ def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tupl
         raise NKIError(f"kernel parameter {next(n for n in names if names.count(n) > 1)!r} given twice")
     positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not inputs or not all(n in params for n in names):
-        check_order(fn, [n for n, _ in inputs], names, [p.name for p in positional])
+        unknown = next((n for n in names if n not in params), "")
+        if unknown:
+            check_order(fn, [n for n, _ in inputs], unknown, [p.name for p in positional])
         check_call(fn, [a for _, a in inputs], kwargs, [n for n, _ in inputs], list(kwargs))
         return [a for _, a in inputs], kwargs
     given = {**dict(inputs), **kwargs}
@@ -127,13 +129,12 @@ def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tupl
     return args, given
 
 
-def check_order(fn: Any, inputs: list[str], names: list[str], order: list[str]) -> None:
-    """NKIError when the `--input`s, going in order (a name is not a parameter), would put one named like
+def check_order(fn: Any, inputs: list[str], unknown: str, order: list[str]) -> None:
+    """NKIError when the `--input`s, going in order (`unknown` is no parameter), would put one named like
     a parameter in another's place: `sub(x, y)` with `--input y=... --input z=...` ran with y's array as
     x, and failed at a kernel line about shapes (or ran, where they agreed)."""
     for i, name in enumerate(inputs):
         if name in order and order.index(name) != i:
-            unknown = next(n for n in names if n not in order)
             place = f"would be bound to {order[i]}" if i < len(order) else "would be past the last parameter"
             raise NKIError(
                 f"--input {name} names a parameter of {getattr(fn, '__name__', 'kernel')}({', '.join(order)}), but "
