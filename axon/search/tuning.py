@@ -235,7 +235,8 @@ def _tune(
         if fallback is not None:  # a later check may have written over its --out: written again, not checked again
             record, (cand, numerics, adversarial, kernel_path), down = fallback
             write_kernel_file(kernel_path, delivered(cand, problem, dict(record.point), r))
-            return record, (cand, numerics, adversarial, kernel_path), down
+            later = tuple(turned_down[len(down) + 1 :])  # the kernels checked after it, and why (its own line aside)
+            return record, (cand, numerics, adversarial, kernel_path), down + later
         if not turned_down:
             raise AxonError(f"{w.name}: no measured kernel is emitted by the current code")
         others = f"; so do the next {len(turned_down) - 1} kernels checked" if len(turned_down) > 1 else ""

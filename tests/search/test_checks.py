@@ -106,6 +106,25 @@ def test_a_kernel_finite_where_the_spec_as_written_overflows_is_chosen_over_a_fa
     assert any("(as written): OK only as the spec as written" in t for t in report.turned_down), report.turned_down
 
 
+def test_a_kernel_finite_but_wrong_where_the_spec_as_written_overflows_is_not_chosen(tmp_path):
+    """A naive sigmoid, exp(x) / (1 + exp(x)) with x declared in [-200, 200]: its variant
+    exp(x - log(1 + exp(x))) is finite past x = 88.7 but 0 there, where the answer is 1, and it was
+    chosen, 'adversarial: ... offset 1.0e+00 (as written inf) OK', over the kernel that is the spec."""
+    from axon.search.api import TuneRequest, tune
+
+    spec = tmp_path / "naive.py"
+    spec.write_text(
+        'import axon.spec as ax\n\n@ax.spec(x=ax.tensor("M N", range=(-200, 200)))\n'
+        "def naive(x):\n    e = ax.exp(x)\n    return e / (1.0 + e)\n"
+    )
+    request = TuneRequest.make(f"{spec}:naive", shape={"M": 128, "N": 256}, trials=6, workdir=tmp_path, track=False)
+    report = tune(request)
+    assert report.moves == () and report.adversarial is not None
+    assert report.adversarial.verdict().startswith("OK only as the spec as written"), report.adversarial.verdict()
+    wrong = [t for t in report.turned_down if "fold-divisor-into-exp" in t]
+    assert wrong and all("relative error 1 on" in t and "the spec as written inf" in t for t in wrong), wrong
+
+
 def _unsafe_first(graph, depth=4, max_variants=24, rejected=None, stopped=None):
     """The softmax variants with the unsafe one (no max shift) first and unscreened, as a floating-point
     gate that missed it would leave them: its kernels are the fastest and fail the adversarial check."""
