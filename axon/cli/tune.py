@@ -339,8 +339,9 @@ def sweep(
             sampler=sampler,
             callbacks=[CurrentTask()],
         )
-    except TuneInterrupted as stop:  # its line (the kernel written, or why none) was lost to "axon: interrupted"
-        click.echo(f"axon: sweep {parsed.name}: {stop.message}; the same command resumes the sweep", err=True)
+    except KeyboardInterrupt as stop:  # its line (the kernel written, or why none) was lost to "axon: interrupted"
+        what = stop.message if isinstance(stop, TuneInterrupted) else "interrupted"
+        click.echo(f"axon: sweep {parsed.name}: {what}; the same command resumes the sweep", err=True)
         sys.exit(interrupted_exit())
     finally:
         if bar["p"] is not None:

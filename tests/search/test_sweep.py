@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import yaml
 
@@ -102,3 +104,13 @@ def test_ctrl_c_in_a_sweep_says_what_its_task_wrote_and_that_the_sweep_resumes(t
     assert line.startswith("axon: sweep t: softmax: interrupted; best so far") and "kernel: " in line, line
     assert line.endswith("the same command resumes the sweep"), line
     assert axon_in_process("sweep", str(config), "--workdir", str(work), "--quiet").returncode == 0
+
+    def ctrl_c(*args, **kwargs):  # before any task's tune: while a spec's variants are proved
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", ctrl_c)
+        result = axon_in_process("sweep", str(config), "--workdir", str(work), "--quiet")
+    assert result.returncode == 130 and result.stderr.strip().splitlines()[-1] == (
+        "axon: sweep t: interrupted; the same command resumes the sweep"
+    ), result.stderr
