@@ -31,10 +31,13 @@ def parse_shape_option(text: str | None) -> dict[str, int]:
 
 def parse_shape_range(text: str | None, max_shapes: int = 256) -> dict[str, tuple[int, ...]]:
     """`M=512..2048:512,K=1024` -> {"M": (512, 1024, 1536, 2048), "K": (1024,)}; a list `M=512,1024`
-    gives those values. A range without `:step` steps by 128 (a partition's rows).
+    gives those values. A range without `:step` steps by 128 (a partition's rows); its end is served
+    even when the step does not land on it.
 
     >>> parse_shape_range("M=512..1024:256,K=64")
     {'M': (512, 768, 1024), 'K': (64,)}
+    >>> parse_shape_range("M=1..300")
+    {'M': (1, 129, 257, 300)}
     >>> parse_shape_range("S=512,1024,4096")
     {'S': (512, 1024, 4096)}
     """
@@ -96,6 +99,8 @@ def _values(text: str, value: str, hint: str, collapsed: list[str], max_shapes: 
             f"{'' if colon else ' (the default step)'}: give a smaller step, e.g. {lo}..{hi}:{int(hi) - int(lo)}, "
             "or a single value"
         )
+    elif values[-1] != int(hi):  # M=1..1000 asks for M=1000 too: the step stops at 897
+        values.append(int(hi))
     return values
 
 

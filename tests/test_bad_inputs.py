@@ -10,8 +10,10 @@ import sqlite3
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import axon.spec as ax
 from axon.errors import storage_failure
 from tests.conftest import REPO, axon_in_process, refused, run_axon
 
@@ -49,6 +51,18 @@ def uses_sqrtt(x):
 @ax.spec(x="M K")
 def numpy_scalars(x):
     return np.float32(2.0) * x + np.float64(1.0) / (x * x + 1)
+
+@ax.spec(x="M K")
+def uses_linalg_norm(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+@ax.spec(x="M K")
+def int_index(x):
+    return x[0]
+
+@ax.spec(x="M K")
+def new_axis(x):
+    return x[:, None, :]
 """
 
 
@@ -67,6 +81,11 @@ def specs(tmp_path):
         ("uses_np_exp", ("np.exp applied to a traced tensor", "bad_specs.py:14", "use ax.exp")),
         ("uses_np_mean", ("np.mean applied to a traced tensor", "bad_specs.py:18", "use ax.mean")),
         ("unshaped", ("argument 'y' has no shape", "@ax.spec(y=")),
+        # they read "np.norm applied ...", "only unit-step slices are supported, got 0" and "too many
+        # indices for a rank-2 tensor": none of them what the line did
+        ("uses_linalg_norm", ("np.linalg.norm applied to a traced tensor", "bad_specs.py:38")),
+        ("int_index", ("an integer index (0) drops an axis", "slice it, 0:1", "bad_specs.py:42")),
+        ("new_axis", ("None (np.newaxis) adds an axis", "use ax.reshape", "bad_specs.py:46")),
     ],
 )
 def test_spec_mistakes(specs, fn, fragments):
@@ -93,6 +112,20 @@ def test_a_hardware_file_name_with_a_suffix_is_taken_as_a_path(tmp_path):
 def test_numpy_scalars_still_trace(specs):
     result = axon_in_process("check", f"{specs}:numpy_scalars", "--shape", "M=4,K=8")
     assert result.returncode == 0 and "finite yes" in result.stdout, result.stderr
+
+
+def test_numpy_style_min_var_and_abs_trace_as_their_ax_ops():
+    """x.max() and x.mean() traced, x.min() and x.var() were "'Tensor' object has no attribute", and
+    abs(x) "bad operand type for abs()"."""
+    from axon.ir import evaluate, trace
+
+    def spread(x):
+        return abs(x - x.min()) / (x.var() + 1.0)
+
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 8))
+    got = evaluate(trace(ax.spec(x="M K")(spread), M=4, K=8), {"x": x})["out"]
+    want = np.abs(x - x.min(-1, keepdims=True)) / (x.var(-1, keepdims=True) + 1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_tune_refuses_a_spec_mistake_before_tuning(specs, tmp_path):
@@ -256,6 +289,25 @@ def test_out_in_a_missing_directory(tmp_path):
         fragments=("--out", "does not exist"),
     )
     assert not (tmp_path / "nonexistent").exists()
+
+
+def test_out_ending_in_a_slash_is_refused_not_written_as_a_file(tmp_path):
+    """`--out newdir/` (a directory that does not exist) wrote the kernel as a file named `newdir`."""
+    refused(
+        "tune",
+        "softmax",
+        "--preset",
+        "small",
+        "--trials",
+        "2",
+        "--out",
+        "newdir/",
+        "--workdir",
+        "w",
+        cwd=tmp_path,
+        fragments=("--out newdir/ names a directory", "newdir/softmax.py"),
+    )
+    assert not (tmp_path / "newdir").exists()
 
 
 KERNEL = """import nki
@@ -433,6 +485,17 @@ def test_variants_refuses_what_tune_refuses(tmp_path, args, fragments):
 def test_a_directory_named_like_a_spec_file_is_not_reported_missing(tmp_path):
     (tmp_path / "model.py").mkdir()
     refused("tune", "model.py:f", cwd=tmp_path, fragments=("model.py' is a directory, not a file",))
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_a_directory_named_like_a_kernel_file_is_not_reported_missing(tmp_path, command):
+    """`axon nki run kdir.py:k` said "kernel file kdir.py not found" of a directory that is there."""
+    (tmp_path / "kdir.py").mkdir()
+    os.mkfifo(tmp_path / "kpipe.py")
+    refused(
+        "nki", command, "kdir.py:k", "--input", "a=float32[4,4]", cwd=tmp_path, fragments=("kdir.py is a directory",)
+    )
+    refused("nki", command, "kpipe.py:k", cwd=tmp_path, fragments=("kpipe.py is not a regular file",))
 
 
 def test_unreachable_tracking_server_is_refused_at_once(tmp_path):

@@ -67,6 +67,18 @@ def test_check_of_a_spec_undefined_on_negatives_says_so_and_evaluates_where_the_
     assert "range=(lo, hi)" in result.stdout and "finite yes" in result.stdout
 
 
+def test_check_of_a_spec_undefined_on_its_declared_range_does_not_say_to_declare_it(tmp_path):
+    """log(x) with x declared in [-1, 1]: the line ended "declare the range an input takes", of the
+    range the user had declared."""
+    (tmp_path / "logs.py").write_text(
+        'import axon.spec as ax\n\n\n@ax.spec(x=ax.tensor("M N", range=(-1, 1)))\ndef logs(x):\n    return ax.log(x)\n'
+    )
+    result = axon_in_process("check", f"{tmp_path}/logs.py:logs", "--shape", "M=4,N=8")
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "declared: x in [-1, 1]; narrow the range" in result.stdout
+    assert "declare the range an input takes" not in result.stdout
+
+
 def test_unknown_workload_suggests():
     _one_line_error(run_axon("show", "rmsnrom"), "unknown workload 'rmsnrom'", "did you mean 'rmsnorm'")
 

@@ -109,7 +109,7 @@ def test_sweep_entry_beyond_the_hardware_is_refused_before_the_first_task(tmp_pa
             }
         )
     )
-    refused(
+    line = refused(
         "sweep",
         str(config),
         "--workdir",
@@ -117,6 +117,8 @@ def test_sweep_entry_beyond_the_hardware_is_refused_before_the_first_task(tmp_pa
         fragments=("huge.yaml: entry matmul[default;M=1048576]:float32@trn2", "HBM", "trn2 has 12.0 GiB"),
     )
     assert not (tmp_path / "w" / "mlflow.db").exists()
+    # it said "use a smaller --shape (or --force)", neither of which a sweep takes
+    assert "give the entry a smaller shape" in line and "use a smaller --shape" not in line
 
 
 def test_show_prints_a_huge_graph_but_check_refuses_to_evaluate_it():

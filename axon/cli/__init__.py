@@ -24,7 +24,7 @@ from axon.cli.track import runs, ui
 from axon.cli.tune import sweep, tune
 from axon.cli.variants import variants, verify
 from axon.errors import AxonError, storage_failure
-from axon.ir import DEFINED_RANGE, defined_case, flops, min_bytes
+from axon.ir import DEFINED_RANGE, Graph, defined_case, flops, min_bytes
 from axon.search.guards import check_evaluate, check_representable
 from axon.target import DEFAULT_HW, load_hw
 from axon.workloads import all_workloads
@@ -83,13 +83,23 @@ def check(workload: str, shape: str | None, preset: str, seed: int, force: bool)
         click.echo(
             f"{g.name}: NaN in {', '.join(undefined)} on inputs in [-1, 1] (an op outside its domain, such as the "
             f"log or sqrt of a negative, or an overflow such as inf - inf); evaluated on [{lo:g}, {hi:g}] instead, "
-            "as the tuner checks kernels "
-            '(declare the range an input takes: ax.tensor("M N", range=(lo, hi)))'
+            f"as the tuner checks kernels ({_range_advice(g)})"
         )
     for name, value in outputs.items():
         click.echo(f"{g.name}.{name}: shape {list(value.shape)}  {output_stats(value)}")
         if not np.all(np.isfinite(value)):
             raise click.exceptions.Exit(1)
+
+
+def _range_advice(g: Graph) -> str:
+    """What to do about inputs the spec is undefined on: declare ranges, or, where they are declared
+    (told to declare the range it had declared, a user had nothing to change), narrow them."""
+    declared = {n.attr("name"): n.attr("range") for n in g.inputs if n.attr("range")}
+    if not declared:
+        return 'declare the range an input takes: ax.tensor("M N", range=(lo, hi))'
+    ranges = ", ".join(f"{name} in [{lo:g}, {hi:g}]" for name, (lo, hi) in declared.items())
+    others = "" if len(declared) == len(g.inputs) else ", or declare the range of the others"
+    return f"declared: {ranges}; narrow the range of the input the op is undefined on{others}"
 
 
 def output_stats(value: np.ndarray) -> str:

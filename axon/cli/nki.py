@@ -109,6 +109,9 @@ def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tupl
         raise NKIError(f"kernel parameter {next(n for n in names if names.count(n) > 1)!r} given twice")
     positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not inputs or not all(n in params for n in names):
+        unknown = next((n for n in names if n not in params), "")
+        if unknown:
+            check_order(fn, [n for n, _ in inputs], unknown, [p.name for p in positional])
         check_call(fn, [a for _, a in inputs], kwargs, [n for n, _ in inputs], list(kwargs))
         return [a for _, a in inputs], kwargs
     given = {**dict(inputs), **kwargs}
@@ -124,6 +127,20 @@ def bind(fn: Any, inputs: list[tuple[str, Any]], kwargs: dict[str, Any]) -> tupl
             raise NKIError(f"kernel {name} needs {p.name!r}: give --input {p.name}=DTYPE[...] or --arg {p.name}=VALUE")
     check_call(fn, args, given, [n for n, _ in inputs], list(kwargs))  # a parameter after the last one given
     return args, given
+
+
+def check_order(fn: Any, inputs: list[str], unknown: str, order: list[str]) -> None:
+    """NKIError when the `--input`s, going in order (`unknown` is no parameter), would put one named like
+    a parameter in another's place: `sub(x, y)` with `--input y=... --input z=...` ran with y's array as
+    x, and failed at a kernel line about shapes (or ran, where they agreed)."""
+    for i, name in enumerate(inputs):
+        if name in order and order.index(name) != i:
+            place = f"would be bound to {order[i]}" if i < len(order) else "would be past the last parameter"
+            raise NKIError(
+                f"--input {name} names a parameter of {getattr(fn, '__name__', 'kernel')}({', '.join(order)}), but "
+                f"{unknown} names none, so the tensors go in order and {name}'s array {place}: name every --input "
+                "by its parameter, or none"
+            )
 
 
 def check_call(fn: Any, call: list[Any], kwargs: dict[str, Any], inputs: list[str], args: list[str]) -> None:
@@ -228,6 +245,9 @@ def load_user_kernel(ref: str) -> Any:
     """`axon.nki.load_kernel`, with a kernel file's top level bounded as a spec file's is: a loop there
     hung the command without a word, and `sys.exit(4)` ended it with exit 4 and nothing said."""
     path = ref.rpartition(":")[0] or ref
+    if os.path.exists(path) and not os.path.isfile(path):  # the emulator's loader said "not found" of it
+        kind = "a directory" if os.path.isdir(path) else "not a regular file"
+        raise NKIError(f"kernel file {path} is {kind}: give FILE.py:FUNCTION (from {ref!r})")
     try:
         with time_limit(IMPORT_SECONDS):
             fn = axon.nki.load_kernel(ref)

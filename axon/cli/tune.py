@@ -231,6 +231,11 @@ def tune(
         click.echo(json.dumps(family.as_dict(), default=str) if as_json else family.summary())
         return
     label = workload.rpartition(":")[2] if ".py:" in workload else workload
+    if out and out.endswith(("/", os.sep)):  # the path made of it drops the slash: `newdir/` became a file `newdir`
+        raise click.UsageError(
+            f"--out {out} names a directory (it ends in '/'), and tune writes one kernel file: give a file "
+            f"path, e.g. {out}{label}.py"
+        )
     progress = Progress(trials, label, enabled=not (quiet or as_json), verbose=verbose)
     try:
         report = run_tune(request, [progress])
@@ -351,11 +356,11 @@ def sweep(
             sampler=sampler,
             callbacks=[CurrentTask()],
         )
-    except KeyboardInterrupt as stop:  # the task's kernel so far was written: say where (it said only "interrupted")
+    except KeyboardInterrupt as stop:  # its line (the kernel written, or why none) was lost to "axon: interrupted"
         if bar["p"] is not None:
             bar["p"].close()
-        told = f"{stop.message}; " if isinstance(stop, TuneInterrupted) else ""
-        click.echo(f"axon: sweep {parsed.name} interrupted: {told}the same command resumes it", err=True)
+        what = stop.message if isinstance(stop, TuneInterrupted) else "interrupted"
+        click.echo(f"axon: sweep {parsed.name}: {what}; the same command resumes the sweep", err=True)
         if as_json:
             click.echo(json.dumps(_stopped(stop, sweep=parsed.name)))
         sys.exit(interrupted_exit())

@@ -16,6 +16,7 @@ from axon.ir.builder import GraphBuilder
 from axon.ir.declare import SpecSignature, TensorDecl, signature_of, spec, tensor
 from axon.ir.declare import user_location as _where
 from axon.ir.dims import Dim, DimLike
+from axon.ir.refusals import index_refusal, numpy_name, numpy_refusal
 
 
 class Tensor:
@@ -86,6 +87,9 @@ class Tensor:
     def __rmatmul__(self, o: Any) -> Tensor:
         return matmul(o, self)
 
+    def __abs__(self) -> Tensor:  # abs(x) was "bad operand type for abs()": ax.abs is an op
+        return abs(self)
+
     def __neg__(self) -> Tensor:
         return _unary("neg", self)
 
@@ -102,8 +106,14 @@ class Tensor:
     def max(self, axis: int = -1, keepdims: bool = True) -> Tensor:
         return max(self, axis, keepdims)
 
+    def min(self, axis: int = -1, keepdims: bool = True) -> Tensor:
+        return min(self, axis, keepdims)
+
     def mean(self, axis: int = -1, keepdims: bool = True) -> Tensor:
         return mean(self, axis, keepdims)
+
+    def var(self, axis: int = -1, keepdims: bool = True) -> Tensor:
+        return var(self, axis, keepdims)
 
     def reshape(self, *shape: Any) -> Tensor:
         one = len(shape) == 1 and isinstance(shape[0], (tuple, list, str))  # ("M", "N"), or "M N" as declared
@@ -127,25 +137,14 @@ class Tensor:
         }
         if method == "__call__" and not kwargs and ufunc.__name__ in ops and len(inputs) == 2:
             return ops[ufunc.__name__](*inputs)
-        _numpy_refused(ufunc.__name__)
+        _numpy_refused(f"np.{ufunc.__name__}")
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Tensor:
-        _numpy_refused(func.__name__)
-
-
-_NUMPY_EQUIVALENTS = {
-    "absolute": "abs",
-    "true_divide": "divide",
-    "concatenate": "concatenate",
-    "amax": "max",
-    "amin": "min",
-}
+        _numpy_refused(numpy_name(func))
 
 
 def _numpy_refused(name: str) -> NoReturn:
-    equivalent = _NUMPY_EQUIVALENTS.get(name, name)
-    hint = f"use ax.{equivalent}" if equivalent in SPEC_NAMES else "it has no ax.* equivalent (see axon/spec.py)"
-    raise SpecError(f"np.{name} applied to a traced tensor (at {_where()}): {hint}")
+    raise SpecError(numpy_refusal(name, _where(), SPEC_NAMES))
 
 
 def _finite(value: Any) -> float:
@@ -376,12 +375,13 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
         pos = index.index(Ellipsis)
         fill = (slice(None),) * (x.ndim - len(index) + 1)
         index = index[:pos] + fill + index[pos + 1 :]
+    refused = [i for i in index if not isinstance(i, slice) or i.step not in (None, 1)]
+    if refused:
+        raise SpecError(index_refusal(refused[0], _where()))
     if len(index) > x.ndim:
         raise SpecError(f"index: too many indices for a rank-{x.ndim} tensor (at {_where()})")
     out = x
     for axis, item in enumerate(index):
-        if not isinstance(item, slice) or item.step not in (None, 1):
-            raise SpecError(f"index: only unit-step slices are supported, got {item!r} (at {_where()})")
         if item.start is None and item.stop is None:
             continue
         start = Dim.of(0 if item.start is None else item.start)

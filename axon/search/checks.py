@@ -297,6 +297,10 @@ def adversarial_check(
             spec_err = max_rel_error(evaluate_in(g, inputs, p.dtype), expected)
             err = max_rel_error(_run(kernel, p, g, inputs), expected)
         allowed = max(tolerance(p.dtype), ACCURACY_FACTOR * spec_err)
+        if not math.isfinite(spec_err) and math.isfinite(err):
+            # the spec as written is inf or NaN here: a kernel finite here is better only where it is right
+            # (exp(x - log(1 + exp(x))) for a naive sigmoid gave 0 at x > 88.7, where the answer is 1, as OK)
+            allowed = ACCURACY_FACTOR * tolerance(p.dtype)
         figure = ClassFigure(cls, err, spec_err, allowed, label)
         prev = worst.get(cls)
         if prev is None or err / max(allowed, 1e-30) > prev.kernel_error / max(prev.allowed, 1e-30):

@@ -304,7 +304,9 @@ class FamilyBuilder:
         for dims in self.shapes:
             if dims in self.measured:
                 lat = np.array([x if x else np.inf for x in self.measured_latencies(dims)])
-                table[point_key(dims)] = np.where(np.isfinite(lat), lat.min() / lat, 0.0)
+                # where every candidate failed (a prime K) inf / inf warned "invalid value" above the error
+                ratio = np.zeros_like(lat)
+                table[point_key(dims)] = np.divide(lat.min(), lat, out=ratio, where=np.isfinite(lat))
             else:
                 score, _ = self.predict(dims)
                 score = np.where(np.isfinite(score), np.maximum(score, 1e-6), 0.0)

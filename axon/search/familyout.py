@@ -235,6 +235,8 @@ def load_family(path: str | Path) -> ModuleType:
         path = found[0]
     if not path.is_file():
         raise AxonError(f"{path}: no such family module")
+    if "\nKERNELS = " not in path.read_text(errors="replace"):  # a spec or kernel file was imported as one
+        raise AxonError(f"{path}: not a kernel family module (`axon tune W --shape M=LO..HI` writes one)")
     spec = importlib.util.spec_from_file_location(path.stem, path)
     if spec is None or spec.loader is None:
         raise AxonError(f"{path}: not a Python module")

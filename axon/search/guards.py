@@ -105,6 +105,11 @@ def _gib(n: float) -> str:
     return f"{n:,.0f} bytes"
 
 
+# what a guard's refusal tells the command line; a sweep's entry has neither flag, and says its own
+SHAPE_ADVICE = "use a smaller --shape (or --force)"
+SWEEP_SHAPE_ADVICE = "give the entry a smaller shape (a sweep has no --shape or --force)"
+
+
 def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
     """SpecError when `graph` cannot be tuned on `hw` here (HBM, host memory, seconds per trial)."""
     est = estimate(graph)
@@ -113,18 +118,18 @@ def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
     if est.hbm_bytes > hbm:
         raise SpecError(
             f"{what} at {shape} needs {_gib(est.hbm_bytes)} of HBM for its inputs and outputs, "
-            f"{hw.name} has {_gib(hbm)} per NeuronCore: use a smaller --shape (or --force)"
+            f"{hw.name} has {_gib(hbm)} per NeuronCore: {SHAPE_ADVICE}"
         )
     limit = HOST_FRACTION * host_memory()
     if est.host_bytes > limit:
         raise SpecError(
             f"{what} at {shape} needs about {_gib(est.host_bytes)} of host memory to emulate and check, "
-            f"more than half of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)"
+            f"more than half of this machine's {_gib(host_memory())}: {SHAPE_ADVICE}"
         )
     if est.trace_s > MAX_TRIAL_S:
         raise SpecError(
             f"{what} at {shape}: one trial would trace about {est.trace_instructions:,.0f} instructions "
-            f"(~{est.trace_s / 3600:,.1f} h at {TRACE_PER_S:,.0f}/s): use a smaller --shape (or --force)"
+            f"(~{est.trace_s / 3600:,.1f} h at {TRACE_PER_S:,.0f}/s): {SHAPE_ADVICE}"
         )
     return est
 
@@ -156,7 +161,7 @@ def check_evaluate(graph: Graph, what: str) -> None:
     if need > HOST_FRACTION * host_memory():
         raise SpecError(
             f"{what} at {_shape_text(graph)}: evaluating it needs about {_gib(need)} of host memory, more than half "
-            f"of this machine's {_gib(host_memory())}: use a smaller --shape (or --force)"
+            f"of this machine's {_gib(host_memory())}: {SHAPE_ADVICE}"
         )
 
 
@@ -310,7 +315,8 @@ def preflight_sweep(config: Any, workdir: Workdir) -> None:
             )
             preflight(request)
         except AxonError as exc:
-            raise type(exc)(f"{config.source}: entry {entry.key(hw)}: {exc}") from None
+            why = str(exc).replace(SHAPE_ADVICE, SWEEP_SHAPE_ADVICE)
+            raise type(exc)(f"{config.source}: entry {entry.key(hw)}: {why}") from None
         # tasks are keyed by the machine's name: a second file of the same machine was skipped as done
         other = machines.setdefault(request.hw.name, hw)
         if other != hw:

@@ -53,7 +53,9 @@ def delivered(
         "shape": dict(problem.shapes),
         "dtype": problem.dtype,
         "hw": problem.hw.name,
-        "hw_file": str(problem.hw.source),
+        # absolute, as the spec's: `--hw myhw.yaml` was written as given, so verify from another
+        # directory said the file was "gone or has changed since"
+        "hw_file": str(Path(problem.hw.source).resolve()),
         "hw_hash": problem.hw.file_hash,
         "depth": request.depth,
         "point": dict(point),

@@ -236,7 +236,8 @@ def _tune(
         if fallback is not None:  # a later check may have written over its --out: written again, not checked again
             record, (cand, numerics, adversarial, kernel_path), down = fallback
             write_kernel_file(kernel_path, delivered(cand, problem, dict(record.point), r))
-            return record, (cand, numerics, adversarial, kernel_path), down
+            later = tuple(turned_down[len(down) + 1 :])  # the kernels checked after it, and why (its own line aside)
+            return record, (cand, numerics, adversarial, kernel_path), down + later
         if not turned_down:
             raise AxonError(f"{w.name}: no measured kernel is emitted by the current code")
         others = f"; so do the next {len(turned_down) - 1} kernels checked" if len(turned_down) > 1 else ""
@@ -277,6 +278,11 @@ def _tune(
                 best, (_, _, _, kernel_path), _ = first_checked(tuner.ranked())
             except AxonError as exc:
                 raise TuneInterrupted(f"interrupted; {exc}; no kernel written") from None
+            except KeyboardInterrupt:  # a second Ctrl-C while it is checked: it was "axon: interrupted" alone
+                raise TuneInterrupted(
+                    f"{w.name}: interrupted again while the best kernel so far was checked, so none was written; "
+                    "every trial is recorded: the same command resumes where it stopped"
+                ) from None
             if run is not None:  # the run's summary is the kernel written, at a step after every trial's
                 run.log_metrics({"best_latency_us": (best.latency_ns or 0) / 1e3}, step=tuner.next_number)
             raise TuneInterrupted(

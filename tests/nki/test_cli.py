@@ -90,6 +90,28 @@ def test_inputs_that_do_not_fit_the_kernels_parameters_are_named_not_raised_by_t
     assert "axpy(x, alpha, y) cannot be called with --input x: missing a required argument: 'alpha': give" in r.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_an_input_named_like_a_parameter_is_not_bound_to_another_one_in_order(command, tmp_path):
+    """`--input b=... --input q=...` for matmul_tiled(a_t, b): q names no parameter, so the tensors went
+    in order, b's array as a_t, and the kernel failed at one of its lines on shapes (or ran on the swap)."""
+    kernel = f"{KERNELS / 'current_api.py'}:matmul_tiled"
+    refused(
+        "nki",
+        command,
+        kernel,
+        "--input",
+        "b=float32[256,512]",
+        "--input",
+        "q=float32[256,128]",
+        cwd=tmp_path,
+        fragments=("--input b names a parameter of matmul_tiled(a_t, b), but q names none", "bound to a_t"),
+    )
+    r = axon_in_process(
+        "nki", command, kernel, "--input", "a=float32[256,128]", "--input", "b=float32[256,512]", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr  # b in b's place: in order as before
+
+
 def _axpy(*alpha: str, run=axon_in_process):
     """`axon nki run` of axpy(x, alpha, y) on [64, 256] inputs, with `alpha` options between them."""
     kernel = f"{KERNELS / 'current_api.py'}:axpy"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from axon.errors import SpecError
+from axon.errors import AxonError, SpecError
 from axon.measure.backend import SimBackend
 from axon.measure.records import RecordDB
 from axon.options import parse_shape_range
@@ -23,7 +23,7 @@ from axon.search.family import FamilyBuilder, FamilyConfig, FamilyProblems, anch
 from axon.search.familyout import boundary_checks, load_family, write_module
 from axon.target import load_hw
 from axon.workloads import get
-from tests.conftest import REPO, axon_in_process, refused
+from tests.conftest import REPO, axon_in_process, refused, run_axon
 
 
 def test_range_list_and_step():
@@ -31,6 +31,14 @@ def test_range_list_and_step():
     assert parse_shape_range("M=256..512") == {"M": (256, 384, 512)}  # default step 128
     assert parse_shape_range("M=512,128,K=64") == {"M": (128, 512), "K": (64,)}
     assert parse_shape_range("M=1..5:2,S=3,4") == {"M": (1, 3, 5), "S": (3, 4)}
+
+
+def test_a_range_whose_end_is_off_the_step_serves_its_end():
+    """`--shape M=1..300` made a family of M=1, 129, 257, silently without the 300 asked for (the
+    README's `M=1..1000` served up to 897)."""
+    assert parse_shape_range("M=1..300") == {"M": (1, 129, 257, 300)}
+    assert parse_shape_range("M=1..1000")["M"][-2:] == (897, 1000)
+    assert parse_shape_range("M=2..11:4,K=64") == {"M": (2, 6, 10, 11), "K": (64,)}
 
 
 @pytest.mark.parametrize(
@@ -184,6 +192,17 @@ def test_family_module_dispatches_to_checked_kernels(family):
     with pytest.raises(KeyError, match="no kernel in this family"):
         module.kernel_file(x[:100], g, w)
     json.dumps(module.ROWS)
+
+
+def test_load_family_refuses_a_file_that_is_not_a_family_module(tmp_path):
+    """A spec file was imported and returned as if a family; a kernel file raised ModuleNotFoundError."""
+    spec = tmp_path / "model.py"
+    spec.write_text('import axon.spec as ax\n\n\n@ax.spec(x="M N")\ndef f(x):\n    return x\n')
+    kernel = tmp_path / "k.py"
+    kernel.write_text("import nki\n\n\n@nki.jit\ndef k(a):\n    return a\n")
+    for path in (spec, kernel):
+        with pytest.raises(AxonError, match="not a kernel family module"):
+            load_family(path)
 
 
 def test_load_family_refuses_a_missing_module():
@@ -477,3 +496,17 @@ def test_a_schedule_failing_its_numerics_check_is_turned_down_and_the_next_serve
     x = (1e4 + np.random.default_rng(0).standard_normal((1, 512))).astype(np.float32)
     ref = np.sqrt(x.astype(np.float64).var(axis=-1) + 1e-6)
     assert np.abs(module.emulate(x).reshape(-1) - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+@pytest.mark.slow
+def test_a_family_with_a_shape_no_kernel_can_be_built_at_is_one_line(tmp_path):
+    """K=100,257: every trial at the prime K fails, and its row of the family's table divided inf by inf:
+    "RuntimeWarning: invalid value encountered in divide" and its source line came above the error."""
+    spec = tmp_path / "outer.py"
+    spec.write_text('import axon.spec as ax\n\n\n@ax.spec(x="M K", w="K N")\ndef outer(x, w):\n    return x @ w\n')
+    shape = "M=128,K=100,257,N=128"
+    r = run_axon(
+        "tune", f"{spec}:outer", "--shape", shape, "--trials", "2", "--quiet", "--workdir", str(tmp_path / "w")
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "contraction 257" in r.stderr and "pad it" in r.stderr and "Warning" not in r.stderr

@@ -80,6 +80,24 @@ def test_each_move_of_the_kernels_variant_is_proved_again(tmp_path):
         verify(path)
 
 
+def test_a_kernel_tuned_on_a_hardware_file_named_relatively_verifies_from_another_directory(tmp_path, monkeypatch):
+    """`--hw mine.yaml` was written into the block as given: verify from any other directory said the file
+    was "gone or has changed since" (it is where it was, unchanged)."""
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "mine.yaml").write_text(Path(load_hw("trn1").source).read_text().replace("trn1", "mine"))
+    monkeypatch.chdir(tmp_path / "tuned")
+    graph = workload_graph(get("softmax"), "small", "float32", None)
+    variants = verified_variants(graph)
+    problem = LoweredProblem("softmax", graph, load_hw("mine.yaml"), variants, "float32")
+    point = problem.default_point(0)
+    path = tmp_path / "k.py"
+    path.write_text(
+        delivered(problem.build(point), problem, point, SimpleNamespace(workload="softmax", preset="small", depth=4))
+    )
+    monkeypatch.chdir(tmp_path)
+    assert verify(path).ok
+
+
 def test_a_variant_found_past_the_discovery_budget_of_a_slower_machine_still_verifies(tmp_path, monkeypatch):
     # verify ran discovery under tune's 50 s budget: a kernel whose variant a tune found late was
     # "not found again" when the verifying machine was slower; the search's order does not depend on

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import yaml
 
@@ -80,3 +82,35 @@ def test_a_slower_configuration_is_flagged_as_regression(tmp_path):
     second = json.loads(result.stdout.strip().splitlines()[-1])
     assert sorted(second["regressions"]) == sorted(r["key"] for r in second["rows"])
     assert len(second["rows"]) == 1
+
+
+def test_ctrl_c_in_a_sweep_says_what_its_task_wrote_and_that_the_sweep_resumes(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM) during a sweep's task checked and wrote its best kernel so far, and printed
+    "axon: interrupted" alone: neither the kernel's path nor that the same command resumes the sweep."""
+    from axon.search import tuning
+
+    config, work = _config(tmp_path, trials=2, entries=TWO_ENTRIES[:1]), tmp_path / "work"
+    search = tuning.Tuner.run
+
+    def search_then_ctrl_c(self):
+        search(self)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tuning.Tuner, "run", search_then_ctrl_c)
+        result = axon_in_process("sweep", str(config), "--workdir", str(work), "--quiet")
+    assert result.returncode == 130, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("axon: sweep t: softmax: interrupted; best so far") and "kernel: " in line, line
+    assert line.endswith("the same command resumes the sweep"), line
+    assert axon_in_process("sweep", str(config), "--workdir", str(work), "--quiet").returncode == 0
+
+    def ctrl_c(*args, **kwargs):  # before any task's tune: while a spec's variants are proved
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(importlib.import_module("axon.cli.tune"), "run_sweep", ctrl_c)
+        result = axon_in_process("sweep", str(config), "--workdir", str(work), "--quiet")
+    assert result.returncode == 130 and result.stderr.strip().splitlines()[-1] == (
+        "axon: sweep t: interrupted; the same command resumes the sweep"
+    ), result.stderr

@@ -143,8 +143,8 @@ def test_a_sweep_interrupted_in_a_task_says_where_that_tasks_kernel_is(tmp_path,
     result = axon_in_process("sweep", str(REPO / "configs/sweeps/demo.yaml"), "--workdir", str(tmp_path), flag)
     assert result.returncode == 130
     assert result.stderr.strip() == (
-        "axon: sweep demo interrupted: softmax: interrupted; best so far 23.5 us, kernel: /k/softmax.py; "
-        "the same command resumes it"
+        "axon: sweep demo: softmax: interrupted; best so far 23.5 us, kernel: /k/softmax.py; "
+        "the same command resumes the sweep"
     )
     if flag == "--json":
         stopped = json.loads(result.stdout)
