@@ -1051,3 +1051,18 @@ def test_a_path_under_a_file_says_the_file_is_not_a_directory(tmp_path, option):
     else:
         args = ("tune", "softmax", "--preset", "small", "--workdir", str(tmp_path / "w"), option, f"{tmp_path}/f/x")
     refused(*args, fragments=(f"{tmp_path / 'f'} is a file, not a directory",))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("tune", "softmax", "--preset", "small", "--trials", "2", "--out", ""),
+        ("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", " "),
+        ("runs", "--workdir", ""),
+    ],
+)
+def test_an_empty_path_option_is_refused_not_taken_as_the_default(tmp_path, args):
+    """`--out "$OUT"` with OUT unset ran on the default path without a word."""
+    option = args[-2]
+    refused(*args, cwd=tmp_path, fragments=(f"'{option}': is empty",))
+    assert not (tmp_path / ".axon").exists()

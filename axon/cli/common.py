@@ -13,8 +13,20 @@ from axon.search.api import workload_graph
 from axon.workdir import Workdir
 from axon.workloads import get
 
+
+def non_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A path option given as "" (an unset variable: `--out "$OUT"`) was taken as not given: the
+    command ran on the default path without a word."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("is empty: give a path, or leave the option out for the default")
+    return value
+
+
 workdir_option = click.option(
-    "--workdir", default=None, help="Working directory with records.db, mlflow.db (default $AXON_HOME or ./.axon)."
+    "--workdir",
+    default=None,
+    callback=non_empty,
+    help="Working directory with records.db, mlflow.db (default $AXON_HOME or ./.axon).",
 )
 
 

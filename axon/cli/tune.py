@@ -10,7 +10,14 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from axon.cli.common import interrupted_exit, resolve_workdir, shape_option_with, stop_like_ctrl_c, workdir_option
+from axon.cli.common import (
+    interrupted_exit,
+    non_empty,
+    resolve_workdir,
+    shape_option_with,
+    stop_like_ctrl_c,
+    workdir_option,
+)
 from axon.cli.fleet import fleet_sweep, show_report
 from axon.ir import KERNEL_DTYPES
 from axon.measure.events import Callback, TrialLog
@@ -131,6 +138,7 @@ def _has_list(shape: str) -> bool:
 @click.option(
     "--out",
     default=None,
+    callback=non_empty,
     help="Where to write the best kernel (default WORKDIR/kernels/...); for a kernel family, a directory.",
 )
 @click.option("--tracking-uri", default=None, help="MLflow tracking server (default WORKDIR/mlflow.db).")
