@@ -10,6 +10,7 @@ the sampler does.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,7 +248,7 @@ class CostModel:
         try:
             booster.load_model(str(path))
         except xgb.core.XGBoostError as exc:
-            raise StoreError(f"cost model {path} cannot be read: {str(exc).splitlines()[0]}") from None
+            raise StoreError(f"cost model {path} cannot be read: not an XGBoost model: {_xgboost_says(exc)}") from None
         except UnicodeDecodeError:  # XGBoost's own message quotes the bytes it could not parse
             raise StoreError(f"cost model {path} cannot be read: not an XGBoost JSON model (not UTF-8 text)") from None
         if not booster.feature_names:  # features go in by name: without names, fit fails in XGBoost itself
@@ -271,3 +272,11 @@ def _hexish(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def _xgboost_says(exc: Exception) -> str:
+    """XGBoost's message without its clock and C++ source line ("[23:30:05] /workspace/src/c_api/
+    c_api.cc:1532: Check failed: str[0] == '{' (g vs. {) : Invalid model format in: ...")."""
+    line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    line = re.sub(r"^\[[\d:]+\]\s+\S+:\d+:\s*", "", line)
+    return re.sub(r"^Check failed: .* : ", "", line)

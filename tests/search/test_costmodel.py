@@ -144,6 +144,18 @@ def test_a_cost_model_file_that_is_not_utf8_is_refused(tmp_path):
         CostModel.load(path)
 
 
+@pytest.mark.parametrize("text", ['{"not": "a model"}', "garbage"])
+def test_a_cost_model_file_xgboost_cannot_parse_is_one_line_without_xgboosts_source_line(tmp_path, text):
+    """It said '[23:30:06] /workspace/src/c_api/c_api.cc:1532: Check failed: str[0] == '{' (g vs. {) : ...'."""
+    path = tmp_path / "model.json"
+    path.write_text(text)
+    with pytest.raises(StoreError) as caught:
+        CostModel.load(path)
+    message = str(caught.value)
+    assert message.startswith(f"cost model {path} cannot be read: not an XGBoost model: "), message
+    assert ".cc:" not in message and "Check failed" not in message and "\n" not in message, message
+
+
 def test_an_xgboost_model_without_feature_names_is_refused(tmp_path):
     # a model XGBoost trained elsewhere on 3 unnamed columns loaded, then its first fit on Axon's 75
     # features failed inside XGBoost: "Number of columns does not match", a traceback
