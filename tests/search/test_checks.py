@@ -106,6 +106,16 @@ def test_a_kernel_finite_where_the_spec_as_written_overflows_is_chosen_over_a_fa
     assert any("(as written): OK only as the spec as written" in t for t in report.turned_down), report.turned_down
 
 
+def _naive_sigmoid(tmp_path):
+    """exp(x) / (1 + exp(x)) with x declared in [-200, 200]: inf / inf past x = 88.7 in float32."""
+    spec = tmp_path / "naive.py"
+    spec.write_text(
+        'import axon.spec as ax\n\n@ax.spec(x=ax.tensor("M N", range=(-200, 200)))\n'
+        "def naive(x):\n    e = ax.exp(x)\n    return e / (1.0 + e)\n"
+    )
+    return spec
+
+
 def test_a_kernel_finite_but_wrong_where_the_spec_as_written_overflows_is_not_chosen(tmp_path):
     """A naive sigmoid, exp(x) / (1 + exp(x)) with x declared in [-200, 200]: its variant
     exp(x - log(1 + exp(x))) is finite past x = 88.7 but 0 there, where the answer is 1, and it was
@@ -113,11 +123,7 @@ def test_a_kernel_finite_but_wrong_where_the_spec_as_written_overflows_is_not_ch
     variant screen had the same allowance: now it is not offered, and the kernel check would turn it down."""
     from axon.search.api import TuneRequest, tune
 
-    spec = tmp_path / "naive.py"
-    spec.write_text(
-        'import axon.spec as ax\n\n@ax.spec(x=ax.tensor("M N", range=(-200, 200)))\n'
-        "def naive(x):\n    e = ax.exp(x)\n    return e / (1.0 + e)\n"
-    )
+    spec = _naive_sigmoid(tmp_path)
     request = TuneRequest.make(f"{spec}:naive", shape={"M": 128, "N": 256}, trials=6, workdir=tmp_path, track=False)
     report = tune(request)
     assert report.moves == () and report.adversarial is not None
@@ -154,11 +160,7 @@ def test_a_finite_but_wrong_kernel_that_reached_the_kernel_check_is_turned_down(
     from axon.search import tuning
     from axon.search.api import TuneRequest, tune
 
-    spec = tmp_path / "naive.py"
-    spec.write_text(
-        'import axon.spec as ax\n\n@ax.spec(x=ax.tensor("M N", range=(-200, 200)))\n'
-        "def naive(x):\n    e = ax.exp(x)\n    return e / (1.0 + e)\n"
-    )
+    spec = _naive_sigmoid(tmp_path)
 
     def wrong_first(graph, *args, **kwargs):
         found = {" + ".join(m.name for m in v.moves): v for v in discover_variants(graph, max_depth=1)}
