@@ -22,6 +22,7 @@ import numpy as np
 from axon.ir import Graph, evaluate, max_rel_error
 from axon.ir.evaluate import Arithmetic
 from axon.ir.ops import NumpyMath
+from axon.verify.allowance import allowed_error
 
 CLASSES = ("typical", "offset", "magnitude", "dominant", "near-constant", "limit")
 # Reduced sizes for the adversarial evaluation: rows of up to 128 elements, enough for a reduction
@@ -331,15 +332,6 @@ def _spec_error(g: Graph, inputs: Mapping[str, np.ndarray], dtype: str) -> float
 
 
 # the variant check ---------------------------------------------------------------------------------
-# A variant may be up to this factor less accurate than the spec as written on a class. Moving a
-# handful of operations adds a few roundings per element (each at most one unit in the last place),
-# which changes a worst error by a small factor; what this check exists for grows with the input
-# (0.078 against 1e-7 for a dropped max shift, 0.475 against 8.4e-5 for a one-pass variance), orders of
-# magnitude apart. A variant within the kernel tolerance passes whatever the spec achieves; where the spec
-# is inf or NaN, within ACCURACY_FACTOR of it (exp(x - log(1 + exp(x))) gave 0 past x = 88.7, not 1).
-ACCURACY_FACTOR = 10.0
-
-
 @dataclass(frozen=True)
 class ClassResult:
     cls: str
@@ -350,8 +342,7 @@ class ClassResult:
 
     @property
     def ok(self) -> bool:
-        spec = self.spec_error if math.isfinite(self.spec_error) else self.allowed  # as the kernel check
-        return self.variant_error <= max(ACCURACY_FACTOR * spec, self.allowed)
+        return self.variant_error <= allowed_error(self.spec_error, self.variant_error, self.allowed)
 
     @property
     def label(self) -> str:
