@@ -17,6 +17,8 @@ import axon.spec as ax
 from axon.errors import storage_failure
 from tests.conftest import REPO, axon_in_process, refused, run_axon
 
+SMALL_TUNE = ("tune", "softmax", "--preset", "small", "--trials", "2")  # a tune the refusal stops first
+
 BAD_SPECS = """import numpy as np
 import axon.spec as ax
 
@@ -145,17 +147,7 @@ def test_tune_refuses_a_spec_mistake_before_tuning(specs, tmp_path):
 def test_workdir_that_is_a_file(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a directory")
-    refused(
-        "tune",
-        "softmax",
-        "--preset",
-        "small",
-        "--trials",
-        "2",
-        "--workdir",
-        str(afile),
-        fragments=("workdir", "is a file"),
-    )
+    refused(*SMALL_TUNE, "--workdir", str(afile), fragments=("workdir", "is a file"))
     assert afile.read_text() == "not a directory"
 
 
@@ -187,12 +179,7 @@ def test_overwritten_optuna_journal_names_the_file_and_the_way_out(tmp_path):
     content = b"\x00\x01garbage\n"
     (work / "optuna.log").write_bytes(content)
     line = refused(
-        "tune",
-        "softmax",
-        "--preset",
-        "small",
-        "--trials",
-        "2",
+        *SMALL_TUNE,
         "--workdir",
         str(work),
         "--no-track",
@@ -231,18 +218,7 @@ def test_journal_lines_that_parse_but_cannot_replay(tmp_path, line):
     work.mkdir()
     good = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
     (work / "optuna.log").write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
-    refused(
-        "tune",
-        "softmax",
-        "--preset",
-        "small",
-        "--trials",
-        "2",
-        "--workdir",
-        str(work),
-        "--no-track",
-        fragments=("optuna.log is corrupt (line 2", "mv "),
-    )
+    refused(*SMALL_TUNE, "--workdir", str(work), "--no-track", fragments=("optuna.log is corrupt (line 2", "mv "))
 
 
 @pytest.mark.parametrize("trials", ["0", "-1"])
@@ -275,31 +251,14 @@ def test_tune_seconds_must_be_positive(seconds, tmp_path):
 
 def test_out_in_a_missing_directory(tmp_path):
     target = tmp_path / "nonexistent" / "dir" / "k.py"
-    refused(
-        "tune",
-        "softmax",
-        "--preset",
-        "small",
-        "--trials",
-        "2",
-        "--out",
-        str(target),
-        "--workdir",
-        str(tmp_path / "w"),
-        fragments=("--out", "does not exist"),
-    )
+    refused(*SMALL_TUNE, "--out", str(target), "--workdir", str(tmp_path / "w"), fragments=("--out", "does not exist"))
     assert not (tmp_path / "nonexistent").exists()
 
 
 def test_out_ending_in_a_slash_is_refused_not_written_as_a_file(tmp_path):
     """`--out newdir/` (a directory that does not exist) wrote the kernel as a file named `newdir`."""
     refused(
-        "tune",
-        "softmax",
-        "--preset",
-        "small",
-        "--trials",
-        "2",
+        *SMALL_TUNE,
         "--out",
         "newdir/",
         "--workdir",
@@ -1054,12 +1013,7 @@ def test_a_path_under_a_file_says_the_file_is_not_a_directory(tmp_path, option):
 
 
 @pytest.mark.parametrize(
-    "args",
-    [
-        ("tune", "softmax", "--preset", "small", "--trials", "2", "--out", ""),
-        ("tune", "softmax", "--preset", "small", "--trials", "2", "--workdir", " "),
-        ("runs", "--workdir", ""),
-    ],
+    "args", [(*SMALL_TUNE, "--out", ""), (*SMALL_TUNE, "--workdir", " "), ("runs", "--workdir", "")]
 )
 def test_an_empty_path_option_is_refused_not_taken_as_the_default(tmp_path, args):
     """`--out "$OUT"` with OUT unset ran on the default path without a word."""
