@@ -80,14 +80,15 @@ def gc_frozen() -> Iterator[Callable[[], None]]:
         gc.unfreeze()
 
 
-def keep_frozen(kept: bool = True) -> None:
+def keep_frozen(kept: bool = True, generation: int = 2) -> None:
     """For a long-lived program that freezes its heap for good after each unit of work (a test
-    runner: `gc.collect(); gc.freeze()` after each test): collect, freeze, and let `gc_frozen` know
-    without asking `gc.get_freeze_count`, which walks every frozen object (0.35 s for a test process
-    that has run 700 tests, asked once per tune). `keep_frozen(False)` unfreezes the heap again."""
+    runner: `gc.collect(); gc.freeze()` after each test): collect (`generation`: the oldest generation
+    collected, as `gc.collect` takes it), freeze, and let `gc_frozen` know without asking
+    `gc.get_freeze_count`, which walks every frozen object (0.35 s for a test process that has run
+    700 tests, asked once per tune). `keep_frozen(False)` unfreezes the heap again."""
     _KEPT[0] = kept
     if kept:
-        gc.collect()
+        gc.collect(generation)
         gc.freeze()
     else:
         gc.unfreeze()

@@ -134,7 +134,7 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = F
         body.append(Comment(f"pass {i}: computes {', '.join(p.writes)}"))
         body.extend(stmts)
     sbuf_peak = sum(t.bytes_per_partition for t in kernel_allocs if t.buffer == "sbuf")
-    psum_peak = sum(psum_banks(t) for t in kernel_allocs if t.buffer == "psum")
+    psum_peak = sum(psum_banks(t, hw.memory.psum_bank_bytes) for t in kernel_allocs if t.buffer == "psum")
     for p in passes:
         for name, o in zip(p.writes, p.graph.outputs):
             if is_scratch(name):

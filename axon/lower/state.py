@@ -131,14 +131,14 @@ class LoweringState:
                     f"sbuf: at least {used} bytes per partition needed, {mem.sbuf_bytes_per_partition} available"
                 )
         elif t.buffer == "psum":
-            used = self.used["psum"] = self.used.get("psum", 0) + psum_banks(t)
+            used = self.used["psum"] = self.used.get("psum", 0) + psum_banks(t, mem.psum_bank_bytes)
             if used > mem.psum_banks:
                 raise Rejected(f"psum: at least {used} banks needed, {mem.psum_banks} available")
 
 
-def psum_banks(t: Tensor) -> int:
-    """PSUM banks (2 KiB per partition each) a tile takes."""
-    return -(-t.bytes_per_partition // 2048)
+def psum_banks(t: Tensor, bank_bytes: int) -> int:
+    """PSUM banks a tile takes, of `bank_bytes` per partition each (the hardware file's bank size)."""
+    return -(-t.bytes_per_partition // bank_bytes)
 
 
 def rows_expr(st: LoweringState, j: Expr) -> Expr:

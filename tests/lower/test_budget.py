@@ -3,6 +3,7 @@ verdict the whole lowering gives: the same points lower, to the same program, an
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -59,3 +60,15 @@ def test_a_point_that_takes_every_psum_bank_still_lowers():
     point = {"tile_m": 64, "m_block": 1, "tile_n": 512, "psum_bufs": 2, "loop_order": "kn4", "transpose": "dma"}
     prog = lower(get("matmul").graph("default"), point, HW)
     assert prog.point["_psum_banks"] == HW.memory.psum_banks == 8
+
+
+def test_psum_banks_are_counted_in_the_hardware_files_bank_size():
+    """The same 8 banks at half the size (1 KiB per partition): the accumulators shrink to 256 float32
+    columns, one bank each, so the point that took all 8 still does, and one more buffer (12) is
+    refused; counted in 2 KiB banks, they were 4 and 6 (12 tiles in 8 banks, accepted)."""
+    memory = dataclasses.replace(HW.memory, psum_bytes_per_partition=HW.memory.psum_bytes_per_partition // 2)
+    small_banks = dataclasses.replace(HW, memory=memory)
+    point = {"tile_m": 64, "m_block": 1, "tile_n": 512, "psum_bufs": 2, "loop_order": "kn4", "transpose": "dma"}
+    assert lower(get("matmul").graph("default"), point, small_banks).point["_psum_banks"] == 8
+    with pytest.raises(Rejected, match=r"^psum: at least 12 banks needed, 8 available$"):
+        lower(get("matmul").graph("default"), {**point, "psum_bufs": 3}, small_banks)

@@ -166,7 +166,8 @@ def _statements(form: AttentionForm, knobs: Mapping[str, Any], hw: Any) -> tuple
     stmts: list[Stmt] = [TileAlloc(t) for t in nest.allocs] + nest.pre
     stmts.append(TileLoop("i_b0", form.batch[0], tuple(body), "batch0"))
     sbuf = sum(t.bytes_per_partition for t in nest.allocs if t.buffer == "sbuf")
-    banks = sum(max(t.tiles, -(-t.bytes_per_partition // 2048)) for t in nest.allocs if t.buffer == "psum")
+    bank = hw.memory.psum_bank_bytes
+    banks = sum(max(t.tiles, -(-t.bytes_per_partition // bank)) for t in nest.allocs if t.buffer == "psum")
     if sbuf > hw.memory.sbuf_bytes_per_partition:
         raise Rejected(f"sbuf: {sbuf} bytes per partition needed, {hw.memory.sbuf_bytes_per_partition} available")
     if banks > hw.memory.psum_banks:
