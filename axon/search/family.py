@@ -93,17 +93,35 @@ class Family:
 def span(shapes: Sequence[Mapping[str, int]], over: Sequence[Mapping[str, int]] = ()) -> str:
     """`M=256..2048` style text for the shapes of a group: each dimension that varies in it or in `over`
     (the whole family's shapes: two schedules serving M=128 and M=256 over N=128..384 were both
-    "N=128..384")."""
+    "N=128..384"). Sizes are runs of the family's consecutive sizes: a schedule serving M=128 and 384
+    of 128, 256, 384 is "M=128,384", not "M=128..384" over the other schedule's M=256.
+
+    >>> fam = [{"M": m} for m in (128, 256, 384, 512)]
+    >>> span(fam[:2], fam), span([fam[0], fam[2], fam[3]], fam)
+    ('M=128..256', 'M=128,384..512')
+    """
     if not shapes:
         return "-"
     parts = []
     for k in shapes[0]:
         values = sorted({s[k] for s in shapes})
         if len(values) > 1:
-            parts.append(f"{k}={values[0]}..{values[-1]}")
+            parts.append(f"{k}={_runs(values, sorted({s[k] for s in over} | set(values)))}")
         elif len({s[k] for s in over}) > 1:
             parts.append(f"{k}={values[0]}")
     return ",".join(parts) or ",".join(f"{k}={v}" for k, v in shapes[0].items())
+
+
+def _runs(values: list[int], sizes: list[int]) -> str:
+    """`values` (sorted, all in `sizes`) as runs of consecutive `sizes`: lo..hi, or one size alone."""
+    position = {size: i for i, size in enumerate(sizes)}
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and position[v] == position[runs[-1][-1]] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ",".join(f"{r[0]}..{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def grid(ranges: Mapping[str, Sequence[int]]) -> list[dict[str, int]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from axon.errors import AxonError
 from axon.lazy import matplotlib
-from axon.lower.emit import with_shape_guard
+from axon.lower.emit import HEADER, with_shape_guard
 from axon.options import format_sizes
 from axon.search.checks import adversarial_check, numerics_check
 from axon.search.family import Family, FamilyProblems, size, span
@@ -154,7 +154,20 @@ def write_module(
     )
     module = out / f"{kernel_name}_family.py"  # the kernels' name: a spec's workload is "dir/f.py:fn"
     module.write_text(body)
+    _drop_stale(kernels, kernel_name, {entry[0].split("/")[-1] for entry in table.values()})
     return module
+
+
+def _drop_stale(kernels: Path, kernel: str, current: set[str]) -> None:
+    """Remove the kernel files an earlier family of the same kernel left in `kernels/` (a rerun over
+    another range): the module no longer dispatches to them, and `axon verify kernels/*.py` would
+    check kernels it does not serve. Only files the lowering generated for this kernel go."""
+    for path in kernels.glob(f"{kernel}_*.py"):
+        if path.name in current:
+            continue
+        text = path.read_text(errors="replace")
+        if text.startswith(HEADER) and f"\ndef {kernel}(" in text:
+            path.unlink()
 
 
 _MODULE = '''"""{doc}

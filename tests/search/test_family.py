@@ -510,3 +510,31 @@ def test_a_family_with_a_shape_no_kernel_can_be_built_at_is_one_line(tmp_path):
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "contraction 257" in r.stderr and "pad it" in r.stderr and "Warning" not in r.stderr
+
+
+def test_a_rerun_over_other_shapes_replaces_the_kernel_files_it_no_longer_serves(tmp_path):
+    """M=128..384 then M=256..512 into one directory left the M=128 and M=384 kernels beside the module,
+    which no longer dispatches to them; a file of the user's there stays."""
+    from axon.search.family import Family, ShapeRow
+
+    g = get("softmax").graph("small")
+    problems = FamilyProblems("softmax", g, load_hw("trn1"), verified_variants(g, depth=0), "float32")
+
+    def family(ms: tuple[int, ...]) -> Family:
+        shapes = [{**g.bindings, "M": m} for m in ms]
+        rows = [ShapeRow(d, 0, 1.0, True, 1.0, 1.0) for d in shapes]
+        return Family("softmax", {"M": ms}, [problems(shapes[0]).default_point()], rows, 3, shapes)
+
+    write_module(family((128, 256, 384)), problems, tmp_path, [], "trn1")
+    (tmp_path / "kernels" / "softmax_notes.py").write_text("# mine\ndef softmax(x):\n    return x\n")
+    module = load_family(write_module(family((256, 512)), problems, tmp_path, [], "trn1"))
+    names = sorted(p.name for p in (tmp_path / "kernels").iterdir())
+    served = sorted(f.split("/")[-1] for f, _, _ in module.KERNELS.values())
+    assert names == sorted([*served, "softmax_notes.py"]) and len(served) == 2, names
+
+
+def test_a_schedule_serving_sizes_apart_names_each_run_of_them():
+    """Schedule 0 at M=128 and 384, schedule 1 at M=256: schedule 0 was labelled "M=128..384"."""
+    shapes = [{"M": m} for m in (128, 256, 384, 512)]
+    assert span([shapes[0], shapes[2], shapes[3]], shapes) == "M=128,384..512"
+    assert span(shapes[1:3], shapes) == "M=256..384"
