@@ -125,24 +125,34 @@ def random_inputs(graph: Graph, seed: int = 0, low: float = -1.0, high: float = 
 DEFINED_RANGE = (0.05, 1.0)
 
 
-def reference_case(graph: Graph, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def reference_case(
+    graph: Graph, seed: int = 0, rounded: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Random inputs and the float64 reference outputs on them: what a kernel is checked against.
 
     Inputs are uniform in [-1, 1]. Where that leaves a reference output undefined (a NaN: adamw's
     square root of a negative second moment), they are drawn from `DEFINED_RANGE` instead, so that
-    every output element is a number the kernel has to reproduce.
+    every output element is a number the kernel has to reproduce. `rounded`: what the kernel is
+    given of each input (rounded to its dtype), on which the reference is then computed.
     """
-    inputs, expected, _ = defined_case(graph, seed)
+    inputs, expected, _ = defined_case(graph, seed, rounded)
     return inputs, expected
 
 
-def defined_case(graph: Graph, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
+def defined_case(
+    graph: Graph, seed: int = 0, rounded: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
     """`reference_case`, and the outputs that were NaN on [-1, 1] (empty unless it fell back)."""
-    inputs = random_inputs(graph, seed)
+
+    def draw(low: float, high: float) -> dict[str, np.ndarray]:
+        inputs = random_inputs(graph, seed, low, high)
+        return {k: rounded(v) for k, v in inputs.items()} if rounded is not None else inputs
+
+    inputs = draw(-1.0, 1.0)
     expected = evaluate(graph, inputs)
     undefined = [name for name, v in expected.items() if np.isnan(v).any()]
     if undefined:
-        inputs = random_inputs(graph, seed, low=DEFINED_RANGE[0], high=DEFINED_RANGE[1])
+        inputs = draw(*DEFINED_RANGE)
         expected = evaluate(graph, inputs)
     return inputs, expected, undefined
 

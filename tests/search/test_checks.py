@@ -388,3 +388,17 @@ def test_a_kernel_ok_only_because_the_spec_as_written_is_off_says_so(tmp_path):
     assert check.verdict().startswith("OK only as the spec as written: the spec as written is itself")
     rms, point = _problem("rmsnorm", "")
     assert numerics_check(rms, point, directory=tmp_path).verdict() == "OK"
+
+
+def test_a_bfloat16_kernel_is_checked_against_the_reference_on_the_inputs_it_is_given(tmp_path):
+    # x * 2 is exact in bfloat16: its kernel's only error was the float64 reference taken on inputs the
+    # kernel never saw (unrounded), 2e-3 of the 2e-2 it may have, which hid that much of its own error
+    from axon.workloads import load_spec
+
+    (tmp_path / "doubled.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef doubled(x):\n    return x * 2.0\n"
+    )
+    g = load_spec(f"{tmp_path / 'doubled.py'}:doubled").graph(None, "bfloat16", M=128, N=512)
+    problem = LoweredProblem("doubled", g, load_hw("trn1"), discover_variants(g, max_depth=0)[:1], "bfloat16")
+    check = numerics_check(problem, problem.default_point(0), directory=tmp_path)
+    assert check.max_rel_err == 0.0 and check.spec_error == 0.0 and check.ok
