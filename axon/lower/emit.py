@@ -8,6 +8,7 @@ and the point. It does not run or check the source (the `axon.nki` emulator does
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,13 +83,24 @@ def emit(program: TileProgram) -> str:
     )
     args = ", ".join(t.name for t in program.inputs)
     lines.append(f"def {program.name}({args}):")
+    views = dict(program.views)  # the spec's shape of what the body reads reshaped (`axon.lower.rowaxis`)
+    for t in program.inputs:
+        if t.name in views:
+            lines.append(f"    {t.name} = {t.name}.reshape({t.shape})  # the spec's {list(views[t.name])}")
+    returned = []
     for t in program.outputs:
-        lines.append("    " + _ndarray(t, "nl.shared_hbm"))
+        if t.name in views:
+            whole = dataclasses.replace(t, name=f"{t.name}_hbm", shape=views[t.name])
+            lines.append("    " + _ndarray(whole, "nl.shared_hbm"))
+            lines.append(f"    {t.name} = {whole.name}.reshape({t.shape})")
+            returned.append(whole.name)
+        else:
+            lines.append("    " + _ndarray(t, "nl.shared_hbm"))
+            returned.append(t.name)
     for t in program.scratch:
         lines.append("    " + _ndarray(t, "nl.hbm") + "  # intermediate kept in HBM (a fusion cut)")
     _body(program.body, 1, lines)
-    outs = ", ".join(t.name for t in program.outputs)
-    lines.append(f"    return {outs}")
+    lines.append(f"    return {', '.join(returned)}")
     return "\n".join(lines) + "\n"
 
 

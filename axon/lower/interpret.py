@@ -60,8 +60,8 @@ def _alu(name: str, a: Any, b: Any) -> Any:
 class _Machine:
     def __init__(self, prog: TileProgram, arrays: Mapping[str, np.ndarray]) -> None:
         self.mem: dict[str, np.ndarray] = {}
-        for t in prog.inputs:
-            self.mem[t.name] = np.asarray(arrays[t.name]).astype(np_dtype(t.dtype))
+        for t in prog.inputs:  # in the body's shape (a reshape of a spec's shape: `TileProgram.views`)
+            self.mem[t.name] = np.asarray(arrays[t.name]).astype(np_dtype(t.dtype)).reshape(t.shape)
         for t in prog.outputs + prog.scratch:
             self.mem[t.name] = np.full(t.shape, np.nan, dtype=np_dtype(t.dtype))
 
@@ -179,4 +179,8 @@ def interpret(prog: TileProgram, arrays: Mapping[str, np.ndarray]) -> dict[str, 
     m = _Machine(prog, arrays)
     m.run(prog.body, {})
     names = prog.output_names or tuple(t.name for t in prog.outputs)
-    return {name: m.mem[t.name].astype(np.float64) for name, t in zip(names, prog.outputs)}
+    shapes = dict(prog.views)
+    return {
+        name: m.mem[t.name].astype(np.float64).reshape(shapes.get(t.name, t.shape))
+        for name, t in zip(names, prog.outputs)
+    }

@@ -172,9 +172,18 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = F
         dict(knobs),
         hw.name,
         tuple(graph.output_names),
+        _views(original, inputs, outputs),
     )
     object.__setattr__(prog, "point", {**knobs, "_sbuf_peak": sbuf_peak, "_psum_banks": psum_peak})
     return prog
+
+
+def _views(spec: Graph, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> tuple[tuple[str, tuple], ...]:
+    """The arguments and results whose shape in the spec (`spec`, before `normalize`) is not the
+    body's: a rows axis of one swapped with the axis before it (`axon.lower.rowaxis`)."""
+    given = {n.attr("name"): spec.concrete_shape(n.id) for n in spec.inputs}
+    given.update((t.name, spec.concrete_shape(o)) for t, o in zip(outputs, spec.outputs))
+    return tuple((t.name, given[t.name]) for t in inputs + outputs if given[t.name] != t.shape)
 
 
 def _lower_online(variant: Any, point: Any, hw: Any) -> TileProgram:

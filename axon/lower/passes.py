@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from axon.ir import Graph, GraphBuilder, TensorType
 from axon.ir.graph import live_nodes
 from axon.lower.roles import LoweringError, NeedCut, classify, scalar_value
+from axon.lower.rowaxis import swap_row_axis
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,13 @@ def _needed(graph: Graph, group: list[int], materialized: set[int]) -> set[int]:
 
 
 def normalize(graph: Graph) -> Graph:
+    """The graph the lowering works on: split-tile reductions undone (`_undo_split_tiles`), then, for a
+    graph whose rows axis has size 1, that axis swapped with the one before it (`axon.lower.rowaxis`)."""
+    undone = _undo_split_tiles(graph)
+    return swap_row_axis(undone) or undone
+
+
+def _undo_split_tiles(graph: Graph) -> Graph:
     """Undo split-tile reductions: reshape [.., R, A*B] -> [.., R, A, B], reduce B, reduce A, reshape
     [.., R, 1] becomes one free-axis reduction (same kind). The lowering tiles every reduction over the
     free axis inside one instruction anyway; anything else with a reshape stays unsupported."""

@@ -173,10 +173,13 @@ class TileProgram:
     point: Mapping[str, Any] = field(default_factory=dict)
     hw: str = DEFAULT_HW
     output_names: tuple[str, ...] = ()  # the graph's output names, in `outputs` order
+    # HBM arguments and results the body reads in another shape than the spec's: (name, the spec's
+    # shape); `inputs`/`outputs` have the body's (`axon.lower.rowaxis`), the kernel reshapes between
+    views: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def own_names(self) -> set[str]:
         """The names the kernel gives its own variables: on-chip tensors, HBM scratch, loop variables."""
-        names = {t.name for t in self.scratch}
+        names = {t.name for t in self.scratch} | {f"{name}_hbm" for name, _ in self.views}  # `emit`'s results
 
         def walk(stmts: tuple[Stmt, ...]) -> None:
             for s in stmts:

@@ -1,0 +1,105 @@
+"""A rows axis of one ([B, 1, D], a decode step) is lowered over the axis before it (`axon.lower.rowaxis`):
+full partitions, the spec's shapes at the kernel's boundary, the same values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import axon.nki
+import axon.spec as ax
+from axon.ir import max_rel_error, reference_case, trace
+from axon.lower import lower
+from axon.lower.emit import emit
+from axon.lower.interpret import interpret
+from axon.lower.rowaxis import swap_row_axis
+from axon.lower.space import Space
+from axon.target import load_hw
+
+HW = load_hw("trn1")
+
+
+@ax.spec(x="B S D", g="D")
+def norm(x, g):
+    return x / ax.sqrt(ax.mean(x * x) + 1e-6) * g
+
+
+@ax.spec(x="B D", g="D")
+def norm_2d(x, g):
+    return x / ax.sqrt(ax.mean(x * x) + 1e-6) * g
+
+
+@ax.spec(x="B S K", w="K N", b="B S N")
+def projection(x, w, b):
+    return ax.tanh(x @ w) + b
+
+
+@ax.spec(x="B S D")
+def over_rows(x):
+    return x - ax.mean(x, axis=1)
+
+
+@ax.spec(x="B S K", w="B K N")
+def batched(x, w):
+    return x @ w
+
+
+def _run(graph, point=None):
+    """The default point's kernel: its interpreted program and emitted source, each against float64."""
+    space = Space(graph, HW)
+    prog = lower(graph, point or space.default_point(), HW)
+    inputs, expected = reference_case(graph)
+    assert max_rel_error(interpret(prog, inputs), expected) < 1e-5
+    src = emit(prog)
+    out = axon.nki.run(src, *[inputs[n] for n in graph.input_names], hw=HW)  # the spec's shapes
+    assert np.shape(out) == graph.concrete_shape(graph.outputs[0])
+    assert max_rel_error({graph.output_names[0]: np.asarray(out, np.float64)}, expected) < 1e-5
+    return prog, src
+
+
+def test_a_decode_step_norm_lowers_on_full_partitions_as_fast_as_the_same_rows_2d():
+    prog, src = _run(trace(norm, B=64, S=1, D=512))
+    assert "x = x.reshape((1, 64, 512))" in src and "return out_hbm" in src
+    assert "nl.ndarray((64, 1, 512)" in src  # the result in the spec's shape
+    flat, _ = _run(trace(norm_2d, B=64, D=512))
+    # before: 64 row blocks of one partition each, 10x the latency of the same values as [B, D]
+    assert prog.stats().instructions == flat.stats().instructions
+
+
+def test_a_decode_step_projection_with_a_2d_weight_lowers_over_the_batch():
+    graph = trace(projection, B=96, S=1, K=256, N=512)
+    assert swap_row_axis(graph) is not None
+    prog, _ = _run(graph)
+    assert dict(prog.views) == {"x": (96, 1, 256), "b": (96, 1, 512), "out": (96, 1, 512)}
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        trace(norm, B=64, S=2, D=512),  # rows of two: the usual lowering
+        trace(norm, B=1, S=1, D=512),  # nothing to gain
+        trace(over_rows, B=64, S=1, D=512),  # a reduction over the rows axis
+        trace(batched, B=8, S=1, K=128, N=256),  # a weight per batch: its rows are K
+    ],
+    ids=["rows-of-two", "one-row", "reduce-rows-axis", "batched-weight"],
+)
+def test_graphs_where_the_swap_is_not_the_same_computation_are_left_as_they_are(graph):
+    assert swap_row_axis(graph) is None
+
+
+def test_a_decode_step_spec_tunes_to_a_kernel_that_verifies_from_its_file(tmp_path):
+    from axon.search.api import TuneRequest, tune
+    from axon.search.provenance import verify
+
+    (tmp_path / "decode.py").write_text(
+        "import axon.spec as ax\n\n\n@ax.spec(x='B S D', g='D')\n"
+        "def decode_norm(x, g):\n    return x / ax.sqrt(ax.mean(x * x) + 1e-6) * g\n"
+    )
+    shape = {"B": 64, "S": 1, "D": 512}
+    report = tune(
+        TuneRequest.make(
+            f"{tmp_path}/decode.py:decode_norm", shape=shape, trials=3, workdir=tmp_path / "w", track=False
+        )
+    )
+    assert report.numerics.ok and "x = x.reshape((1, 64, 512))" in open(report.kernel_path).read()
+    assert verify(report.kernel_path).ok
