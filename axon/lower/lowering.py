@@ -118,7 +118,9 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = F
     operand waits for that: two pipeline stages become one). "all" reuses any dead slot, which
     `lower` falls back to where the point does not fit SBUF otherwise."""
     original = graph_of(variant)
-    graph = original.memo(("normalized",), lambda: normalize(original))  # the same graph objects for every
+    graph = original.memo(
+        ("normalized", hw.memory.partitions), lambda: normalize(original, hw.memory.partitions)
+    )  # the same graph objects for every
     graph.check_bound()  # point, so their memos hold
     knobs = knobs_of(point)
     cuts = frozenset(_cuts(graph, knobs["fusion"]))
@@ -189,7 +191,7 @@ def _views(spec: Graph, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...])
 def _lower_online(variant: Any, point: Any, hw: Any) -> TileProgram:
     """The flash-style attention loop nest (`axon.lower.attention`) of a graph of that form."""
     original = graph_of(variant)
-    graph = original.memo(("normalized",), lambda: normalize(original))
+    graph = original.memo(("normalized", hw.memory.partitions), lambda: normalize(original, hw.memory.partitions))
     graph.check_bound()
     form = graph.memo(("attention",), lambda: match_attention(graph))
     if form is None:

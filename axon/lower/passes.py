@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from axon.ir import Graph, GraphBuilder, TensorType
 from axon.ir.graph import live_nodes
 from axon.lower.roles import LoweringError, NeedCut, classify, scalar_value
-from axon.lower.rowaxis import swap_row_axis
+from axon.lower.rowaxis import merge_rows
 
 
 @dataclass(frozen=True)
@@ -119,11 +119,11 @@ def _needed(graph: Graph, group: list[int], materialized: set[int]) -> set[int]:
     return seen
 
 
-def normalize(graph: Graph) -> Graph:
+def normalize(graph: Graph, partitions: int) -> Graph:
     """The graph the lowering works on: split-tile reductions undone (`_undo_split_tiles`), then, for a
-    graph whose rows axis has size 1, that axis swapped with the one before it (`axon.lower.rowaxis`)."""
+    graph whose rows are fewer than `partitions`, the axis before them merged in (`axon.lower.rowaxis`)."""
     undone = _undo_split_tiles(graph)
-    return swap_row_axis(undone) or undone
+    return merge_rows(undone, partitions) or undone
 
 
 def _undo_split_tiles(graph: Graph) -> Graph:

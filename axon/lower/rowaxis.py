@@ -1,62 +1,65 @@
-"""Rows of one: a graph whose rows axis has size 1 (a decode step's [B, 1, D]) lowered over the axis before it.
+"""Short rows: a graph whose rows axis is shorter than a partition tile (a decode step's [B, 1, D], a few
+tokens' [B, 4, D]) lowered with the axis before it merged into its rows.
 
 The lowering puts a value's second-to-last axis on the partitions and loops over the axes before it
 (`roles`): [B, 1, D] was B row blocks of one partition each, 1/128 of every engine's lanes and one
-DMA per row (10x the latency of the same values as [B, D]). An axis of size 1 can change places with
-its neighbour without moving a byte, so such a graph is lowered as [1, B, D]: `swap_row_axis` gives
-that graph, and the kernel views its HBM arguments and results that way (`TileProgram.views`: a
-whole-tensor reshape, the one NKI allows) while its signature keeps the spec's shapes.
+DMA per row (10x the latency of the same values as [B, D]). A row-major [B, S, D] is byte for byte
+[1, B*S, D], so such a graph is lowered as that: `merge_rows` gives that graph, and the kernel views
+its HBM arguments and results that way (`TileProgram.views`: a whole-tensor reshape, the one NKI
+allows) while its signature keeps the spec's shapes.
 
-It applies when every value of the output's rank has size 1 on the rows axis (lower-rank values
-broadcast the same either way: their axes before the last are 1, or they are a matmul's weight) and
-no op names an axis other than the last: a reduction over the rows axis, a transpose, reshape,
-slice, concat or repeat off the last axis leave the graph as it is.
+It applies when every value of the output's rank spans both axes as the output does, or neither
+(size 1 on both: it broadcasts the same either way), lower-rank values broadcast alike (their axes
+before the last are 1, or they are a matmul's weight), and no op names an axis other than the last:
+a reduction over the rows axis, a transpose, reshape, slice, concat or repeat off the last axis
+leave the graph as it is. Rows of a partition tile or more are left as they are (nothing to gain).
 """
 
 from __future__ import annotations
 
-from axon.ir import Graph, GraphBuilder, TensorType
+from axon.ir import Dim, Graph, GraphBuilder, TensorType
 
 _AXIS_OPS = frozenset({"reduce", "slice", "concat", "repeat"})  # ops with an axis: applies if it is the last
 
 
-def swap_row_axis(graph: Graph) -> Graph | None:
-    """`graph` with axes -3 and -2 of every value of the output's rank swapped, or None where that is
-    not the same computation (see the module's docstring) or would not change the rows.
+def merge_rows(graph: Graph, partitions: int) -> Graph | None:
+    """`graph` with axes -3 and -2 of every value of the output's rank merged into its rows ([.., B, S, F]
+    as [.., 1, B*S, F]), or None where that is not the same computation (see the module's docstring)
+    or the rows already fill `partitions`.
 
     >>> import axon.spec as ax
     >>> from axon.ir import trace
     >>> @ax.spec(x="B S D", g="D")
     ... def norm(x, g):
     ...     return x / ax.sqrt(ax.mean(x * x) + 1e-6) * g
-    >>> swap_row_axis(trace(norm, B=64, S=1, D=512)).concrete_shape(0)
+    >>> merge_rows(trace(norm, B=64, S=1, D=512), 128).concrete_shape(0)
     (1, 64, 512)
-    >>> swap_row_axis(trace(norm, B=64, S=2, D=512)) is None
+    >>> merge_rows(trace(norm, B=64, S=4, D=512), 128).concrete_shape(0)
+    (1, 256, 512)
+    >>> merge_rows(trace(norm, B=64, S=128, D=512), 128) is None
     True
     """
-    shapes = [graph.concrete_shape(n.id) for n in graph.nodes]
-    rank = len(graph.concrete_shape(graph.outputs[0]))
     out = graph.concrete_shape(graph.outputs[0])
-    if rank < 3 or out[-2] != 1 or out[-3] == 1:
+    rank = len(out)
+    if rank < 3 or out[-2] >= partitions or out[-3] == 1:
         return None
-    for node, shape in zip(graph.nodes, shapes):
+    for node in graph.nodes:
+        shape = graph.concrete_shape(node.id)
         if node.op in ("transpose", "reshape"):
             return None
         if node.op in _AXIS_OPS and node.attr("axis") % max(node.type.rank, 1) != node.type.rank - 1:
             return None
-        if len(shape) > rank or len(shape) == rank and shape[-2] != 1:
+        if len(shape) > rank or len(shape) == rank and shape[-3:-1] not in (out[-3:-1], (1, 1)):
             return None
         if 2 <= len(shape) < rank and any(s != 1 for s in shape[:-1]) and not _weight_only(graph, node.id):
             return None
     builder = GraphBuilder(graph.name, graph.bindings)
     remap: dict[int, int] = {}
     for node in graph.nodes:
-        if node.op == "input" and node.type.rank == rank:
-            dims = list(node.type.shape)
-            dims[-3], dims[-2] = dims[-2], dims[-3]
-            remap[node.id] = builder.input(
-                node.attr("name"), TensorType(tuple(dims), node.type.dtype), node.where, node.attr("range")
-            )
+        if node.op == "input" and node.type.rank == rank and graph.concrete_shape(node.id)[-3:-1] != (1, 1):
+            dims = node.type.shape
+            merged = TensorType((*dims[:-3], Dim.const(1), dims[-3] * dims[-2], dims[-1]), node.type.dtype)
+            remap[node.id] = builder.input(node.attr("name"), merged, node.where, node.attr("range"))
         else:
             remap[node.id] = builder.copy_node(node, [remap[i] for i in node.inputs])
     return builder.build([remap[o] for o in graph.outputs], graph.output_names)

@@ -87,7 +87,7 @@ class Space:
 
     def __init__(self, variant: Any, hw: Any, isel: Mapping[str, int] | None = None) -> None:
         self.variant = variant
-        self.graph = normalize(graph_of(variant))
+        self.graph = normalize(graph_of(variant), hw.memory.partitions)
         self.hw = hw
         g = self.graph
         has_mm = any(n.op == "matmul" for n in g.nodes)

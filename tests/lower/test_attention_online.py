@@ -39,7 +39,7 @@ def _hoisted(name: str, dtype: str, **dims: int):
     same one share it."""
     g = get(name).graph("default", dtype=dtype, **dims)
     for v in verified_variants(g):
-        if match_attention(normalize(v.graph)) is not None:
+        if match_attention(normalize(v.graph, HW.memory.partitions)) is not None:
             return v
     raise AssertionError(f"{name}: no variant of the attention form")
 
@@ -199,7 +199,7 @@ def test_the_nest_is_faster_than_the_row_lowering_at_s512_bf16():
 def test_the_graph_as_written_divides_after_the_second_matmul():
     """softmax(s) @ V as written, (E / sum(E)) @ V: the nest lowers it with the division deferred."""
     g = get("attention").graph("default", dtype="float32", H=2, S=256, D=64)
-    assert match_attention(normalize(g)) is not None
+    assert match_attention(normalize(g, HW.memory.partitions)) is not None
     prog = lower(g, {"softmax": "online"}, HW)
     src = emit(prog)
     x, ref = reference_case(g)
@@ -213,7 +213,7 @@ def test_rmsnorm_of_q_and_k_runs_inside_the_nest(dtype):
     """qknorm: each row of Q and K scaled by 1/sqrt(mean(x^2) + eps) before the transposes, the
     gains applied per partition on the way out of PSUM."""
     g = get("qknorm_attention").graph("default", dtype=dtype, H=2, S=256, D=64)
-    form = match_attention(normalize(g))
+    form = match_attention(normalize(g, HW.memory.partitions))
     assert form is not None and form.q_norm == ("gq", 1e-6) and form.k_norm == ("gk", 1e-6)
     prog = lower(g, {"softmax": "online"}, HW)
     src = emit(prog)
@@ -257,7 +257,7 @@ def test_queries_and_keys_of_other_lengths_each_end_in_their_own_partial_tile(Q,
         return _attention(q, k, v)
 
     g = trace(cross, H=2, Q=Q, S=S, D=64)
-    v = next(v for v in verified_variants(g) if match_attention(normalize(v.graph)) is not None)
+    v = next(v for v in verified_variants(g) if match_attention(normalize(v.graph, HW.memory.partitions)) is not None)
     prog, src, x, out, got, ref = _run(v, {"kv_chunk": 256, "attn_store": "block"}, "float32")
     assert max_rel_error(got, ref) <= TOL["float32"]
 

@@ -1,5 +1,6 @@
-"""A rows axis of one ([B, 1, D], a decode step) is lowered over the axis before it (`axon.lower.rowaxis`):
-full partitions, the spec's shapes at the kernel's boundary, the same values."""
+"""Rows fewer than a partition tile ([B, 1, D], a decode step; [B, 4, D]) are lowered with the axis before
+them merged in (`axon.lower.rowaxis`): full partitions, the spec's shapes at the kernel's boundary, the
+same values."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from axon.ir import max_rel_error, reference_case, trace
 from axon.lower import lower
 from axon.lower.emit import emit
 from axon.lower.interpret import interpret
-from axon.lower.rowaxis import swap_row_axis
+from axon.lower.rowaxis import merge_rows
 from axon.lower.space import Space
 from axon.target import load_hw
 
@@ -66,9 +67,33 @@ def test_a_decode_step_norm_lowers_on_full_partitions_as_fast_as_the_same_rows_2
     assert prog.stats().instructions == flat.stats().instructions
 
 
+def test_a_few_rows_per_batch_are_merged_into_row_blocks_that_span_batches():
+    """[16, 24, D]: 16 row blocks of 24 partitions (19%) before; 384 rows in blocks of 128 now."""
+    prog, src = _run(trace(norm, B=16, S=24, D=256))
+    assert "x = x.reshape((1, 384, 256))" in src and dict(prog.views)["out"] == (16, 24, 256)
+    flat, _ = _run(trace(norm_2d, B=384, D=256))
+    assert prog.stats().instructions == flat.stats().instructions
+
+
+@ax.spec(x="B S D", y="B S D", g="D")
+def gated(x, y, g):
+    return x * ax.sigmoid(y) * g
+
+
+def test_a_broadcast_over_both_merged_axes_stays_as_it_is():
+    @ax.spec(x="B S D", s="1 1 D")
+    def scaled(x, s):
+        return x * s
+
+    graph = trace(scaled, B=8, S=3, D=256)
+    prog, _ = _run(graph)
+    assert dict(prog.views) == {"x": (8, 3, 256), "out": (8, 3, 256)}
+    assert merge_rows(trace(gated, B=8, S=3, D=256), HW.memory.partitions) is not None
+
+
 def test_a_decode_step_projection_with_a_2d_weight_lowers_over_the_batch():
     graph = trace(projection, B=96, S=1, K=256, N=512)
-    assert swap_row_axis(graph) is not None
+    assert merge_rows(graph, HW.memory.partitions) is not None
     prog, _ = _run(graph)
     assert dict(prog.views) == {"x": (96, 1, 256), "b": (96, 1, 512), "out": (96, 1, 512)}
 
@@ -76,15 +101,15 @@ def test_a_decode_step_projection_with_a_2d_weight_lowers_over_the_batch():
 @pytest.mark.parametrize(
     "graph",
     [
-        trace(norm, B=64, S=2, D=512),  # rows of two: the usual lowering
+        trace(norm, B=4, S=128, D=512),  # rows that fill the partitions: nothing to gain
         trace(norm, B=1, S=1, D=512),  # nothing to gain
         trace(over_rows, B=64, S=1, D=512),  # a reduction over the rows axis
         trace(batched, B=8, S=1, K=128, N=256),  # a weight per batch: its rows are K
     ],
-    ids=["rows-of-two", "one-row", "reduce-rows-axis", "batched-weight"],
+    ids=["full-rows", "one-row", "reduce-rows-axis", "batched-weight"],
 )
 def test_graphs_where_the_swap_is_not_the_same_computation_are_left_as_they_are(graph):
-    assert swap_row_axis(graph) is None
+    assert merge_rows(graph, HW.memory.partitions) is None
 
 
 def test_a_decode_step_spec_tunes_to_a_kernel_that_verifies_from_its_file(tmp_path):

@@ -15,8 +15,11 @@ from axon.lower.passes import normalize, split
 from axon.synth import discover_variants
 from axon.synth.groups import _node_value
 from axon.synth.isel import Step, _Checker, _tree_pieces, balance_cost, step_value, synthesize_instructions
+from axon.target import load_hw
 from axon.verify import Z3Math
 from axon.workloads import get
+
+PARTITIONS = load_hw("trn1").memory.partitions  # the lowering's graph (`normalize`) on trn1
 
 
 def _output_group(name):
@@ -57,7 +60,7 @@ def test_sum_of_squares_is_folded_into_one_activation_reduce():
 def test_per_row_scale_applied_by_activation_scale_while_evacuating_psum():
     found = False
     for v in discover_variants(get("rmsnorm_matmul").graph("small")):
-        g = split(normalize(v.graph), set())[0][-1].graph
+        g = split(normalize(v.graph, PARTITIONS), set())[0][-1].graph
         for grp in fused_groups(g):
             if any(g.nodes[l.node].op == "matmul" for l in grp.leaves):
                 for alt in synthesize_instructions(grp):
@@ -98,7 +101,7 @@ def test_a_wrong_sequence_is_not_proved():
 
 
 def test_a_constant_times_a_square_is_one_scaled_square_activation_proved_with_the_root():
-    g = normalize(get("gelu").graph("small"))  # 0.5 x (1 + tanh(c (x + 0.044715 x x x)))
+    g = normalize(get("gelu").graph("small"), PARTITIONS)  # 0.5 x (1 + tanh(c (x + 0.044715 x x x)))
     grp = [x for x in fused_groups(g) if len(x.nodes) > 1][0]
     checker = _Checker(grp)
     sq = next(n for n in grp.nodes if g.nodes[n].op == "mul" and g.nodes[g.nodes[n].inputs[0]].op == "mul")
@@ -114,7 +117,7 @@ def test_a_constant_times_a_square_is_one_scaled_square_activation_proved_with_t
 
 
 def test_balanced_alternatives_follow_the_shortest_ones():
-    g = normalize(get("gelu").graph("small"))
+    g = normalize(get("gelu").graph("small"), PARTITIONS)
     grp = [x for x in fused_groups(g) if len(x.nodes) > 1][0]
     shortest = synthesize_instructions(grp, max_alternatives=2, extra_balanced=0)
     more = synthesize_instructions(grp, max_alternatives=2, extra_balanced=2)
@@ -124,7 +127,7 @@ def test_balanced_alternatives_follow_the_shortest_ones():
 
 def _moments_output_group():
     """layernorm's output group when bn_stats gives the mean: (x - mean) / std * g + b."""
-    g = normalize(get("layernorm").graph("small"))
+    g = normalize(get("layernorm").graph("small"), PARTITIONS)
     (m,) = match_moments(g)
     dropped = frozenset((m.total, m.mean, m.square, m.sumsq))
     return [grp for grp in fused_groups(g, dropped=dropped) if grp.sink == g.outputs[0]][0]
