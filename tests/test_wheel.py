@@ -89,11 +89,14 @@ def installed(wheel, tmp_path_factory) -> Installed:
     site.elsewhere.mkdir()
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(site.venv)], check=True, timeout=120)
     # the test environment's pip installs into the new venv (`--python`): no pip bootstrap per run
+    # without PYTHONPATH: a checkout on it (PYTHONPATH=. pytest) made pip find axon "already satisfied"
+    # and install nothing, so every check ran without the package
     done = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(site.python), "install", "--no-deps", "-q", str(wheel)],
         capture_output=True,
         text=True,
         timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert done.returncode == 0, done.stderr
     purelib = site.python_json("import json, sysconfig; print(json.dumps(sysconfig.get_paths()))")["purelib"]
