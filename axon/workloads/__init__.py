@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from axon.errors import SpecError
@@ -206,8 +207,18 @@ def get(name: str) -> Workload:
     if name in _REGISTRY:
         return _REGISTRY[name]
     close = difflib.get_close_matches(name, _REGISTRY, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else "; `axon workloads` lists them"
+    hint = f"; did you mean {close[0]!r}?" if close else _path_hint(name)
     raise SpecError(f"unknown workload {name!r}{hint}")
+
+
+def _path_hint(name: str) -> str:
+    """What a name that reads as a path is missing (`dir:f`, `model.txt:f`, `dir/`): it was told to
+    look in `axon workloads`, which lists the built-in ones only."""
+    if ":" not in name and "/" not in name:
+        return "; `axon workloads` lists them"
+    path = Path(name.rpartition(":")[0] or name).expanduser()
+    what = "a directory" if path.is_dir() else "not a .py file" if path.is_file() else "not found"
+    return f"; {path} is {what}: a spec is named FILE.py:FUNCTION (the built-in ones: `axon workloads`)"
 
 
 def _presets(table: Any, path: str, fn_name: str) -> Mapping[str, Mapping[str, int]]:
