@@ -377,6 +377,21 @@ def test_a_spec_whose_presets_lack_default_names_them_when_a_dimension_is_unboun
     assert load_spec(f"{tmp_path / 'nodef.py'}:mm").graph("small").bindings  # the preset itself binds
 
 
+def test_a_preset_binding_a_dimension_the_spec_lacks_names_the_preset(tmp_path):
+    # it said "spec f has no dimension 'NN'; its dimensions are M, N": the user typed no NN, the
+    # file's PRESETS did
+    (tmp_path / "typo.py").write_text(
+        "import axon.spec as ax\n\nPRESETS = {'f': {'default': {'M': 128, 'NN': 64}, 'small': {'M': 4, 'N': 4}}}\n\n"
+        "@ax.spec(x='M N')\ndef f(x):\n    return x * 2.0\n"
+    )
+    refused(
+        "show",
+        str(tmp_path / "typo.py:f"),
+        fragments=("typo.py:f: PRESETS['f']['default'] binds 'NN'", "spec f does not have (its dimensions are M, N)"),
+    )
+    assert load_spec(f"{tmp_path / 'typo.py'}:f").graph("small").bindings == {"M": 4, "N": 4}
+
+
 def test_presets_not_keyed_by_function_name_say_how_they_are_keyed(tmp_path):
     # PRESETS = {"default": {...}} (no function name first) was read as no presets for `mm`, and the
     # user saw only "unbound dimension 'K' (also M, N); bind with --shape K=..."

@@ -63,7 +63,14 @@ class Workload:
     def graph(self, preset: str | None = "default", dtype: str = "float32", **overrides: int) -> Graph:
         """The traced graph at a preset (or only the given dims when `preset` is None)."""
         dims = dict(overrides) if preset is None else self.dims(preset, **overrides)
-        graph = bind_dims(trace(self.fn, dtype=dtype, name=self.kernel_name), dims, self.fn.__name__)
+        traced = trace(self.fn, dtype=dtype, name=self.kernel_name)
+        stray = sorted(set(self.presets.get(preset or "", {})) - traced.symbols)
+        if stray:  # "spec f has no dimension 'NN'" did not say where the NN came from: not the command line
+            raise SpecError(
+                f"{self.name}: PRESETS[{self.fn.__name__!r}][{preset!r}] binds {stray[0]!r}, a dimension spec "
+                f"{self.fn.__name__} does not have (its dimensions are {', '.join(sorted(traced.symbols))})"
+            )
+        graph = bind_dims(traced, dims, self.fn.__name__)
         try:
             graph.check_bound()
         except SpecError as exc:
