@@ -151,6 +151,15 @@ def test_workdir_that_is_a_file(tmp_path):
     assert afile.read_text() == "not a directory"
 
 
+def test_workdir_that_is_a_symlink_loop(tmp_path):
+    """A --workdir whose symbolic links lead back to themselves was a RuntimeError traceback ('Symlink
+    loop from ...') out of Path.resolve, in tune, runs and ui alike."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for args in (SMALL_TUNE, ("runs",), ("ui",)):
+        refused(*args, "--workdir", str(tmp_path / "a"), fragments=("workdir", "leads back to itself"))
+
+
 @pytest.mark.parametrize("sub", ["kernels", "cache/kernels", "plots"])
 def test_workdir_whose_kernels_directory_is_a_file(tmp_path, sub):
     """`kernels` (or `cache/kernels`, `plots`) a file in the workdir: a FileExistsError traceback
