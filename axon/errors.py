@@ -81,3 +81,22 @@ def path_too_long(exc: BaseException) -> str | None:
             return f"{current.strerror}{where} (names of up to 255 bytes, paths of up to 4096: give a shorter path)"
         current = current.__cause__ or current.__context__
     return None
+
+
+def symlink_loop(exc: BaseException) -> str | None:
+    """One line for a path whose symbolic links lead back to themselves (Python 3.11's Path.resolve
+    raises RuntimeError('Symlink loop from ...'), the system ELOOP), found in `exc`'s chain, else None.
+
+    >>> symlink_loop(RuntimeError("Symlink loop from '/w/a'"))
+    "Symlink loop from '/w/a': its symbolic links lead back to themselves: give another path"
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ELOOP:
+            return f"{current.strerror}: {current.filename}: give another path"
+        if type(current) is RuntimeError and str(current).startswith("Symlink loop from "):
+            return f"{current}: its symbolic links lead back to themselves: give another path"
+        current = current.__cause__ or current.__context__
+    return None

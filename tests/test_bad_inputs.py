@@ -158,6 +158,12 @@ def test_workdir_that_is_a_symlink_loop(tmp_path):
     (tmp_path / "b").symlink_to(tmp_path / "a")
     for args in (SMALL_TUNE, ("runs",), ("ui",)):
         refused(*args, "--workdir", str(tmp_path / "a"), fragments=("workdir", "leads back to itself"))
+    # --out too, before the tune (it was a traceback when the kernel was written, after it)
+    refused(
+        *SMALL_TUNE, "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "a"),
+        fragments=(f"--out {tmp_path / 'a'} is a symbolic link that leads back to itself",),
+    )  # fmt: skip
+    assert not (tmp_path / "w" / "records.db").exists()
 
 
 @pytest.mark.parametrize("sub", ["kernels", "cache/kernels", "plots"])

@@ -188,6 +188,10 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
     if not out:
         return workdir.kernels / f"{name}_{hw}_{khash[:8]}.py"
     path = Path(out)
+    try:
+        path.resolve()
+    except RuntimeError:  # Python 3.11's symlink loop: it was a traceback when the kernel was written, after the tune
+        raise StoreError(f"--out {out} is a symbolic link that leads back to itself: give another path") from None
     if path.is_dir():
         raise StoreError(f"--out {out} is a directory: give a file path, e.g. {path / (name + '.py')}")
     if path.exists() and not path.is_file():
