@@ -62,3 +62,41 @@ def storage_failure(exc: BaseException, resumable: bool = True) -> str | None:
             return f"a database of the workdir could not be written: database or disk is full (free some space{then})"
         current = current.__cause__ or current.__context__
     return None
+
+
+def path_too_long(exc: BaseException) -> str | None:
+    """One line for a path the system refuses as too long (a name over 255 bytes, often a variable
+    expanded twice), found anywhere in `exc`'s chain, else None: `--out`, `--workdir`, a spec or kernel
+    file given such a path was an OSError traceback from the first stat of it.
+
+    >>> path_too_long(OSError(errno.ENAMETOOLONG, "File name too long", "a" * 8))
+    'File name too long: aaaaaaaa (names of up to 255 bytes, paths of up to 4096: give a shorter path)'
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENAMETOOLONG:
+            where = f": {current.filename}" if current.filename else ""
+            return f"{current.strerror}{where} (names of up to 255 bytes, paths of up to 4096: give a shorter path)"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def symlink_loop(exc: BaseException) -> str | None:
+    """One line for a path whose symbolic links lead back to themselves (Python 3.11's Path.resolve
+    raises RuntimeError('Symlink loop from ...'), the system ELOOP), found in `exc`'s chain, else None.
+
+    >>> symlink_loop(RuntimeError("Symlink loop from '/w/a'"))
+    "Symlink loop from '/w/a': its symbolic links lead back to themselves: give another path"
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ELOOP:
+            return f"{current.strerror}: {current.filename}: give another path"
+        if type(current) is RuntimeError and str(current).startswith("Symlink loop from "):
+            return f"{current}: its symbolic links lead back to themselves: give another path"
+        current = current.__cause__ or current.__context__
+    return None

@@ -64,7 +64,13 @@ class Workdir:
     def locate(cls, given: str | os.PathLike[str] | None = None) -> Path:
         """The path `resolve` would use, without creating it (for commands that only read)."""
         # `--workdir=~/x` and AXON_HOME=~/x in an env file reach here unexpanded: they made a directory "~" here
-        return Path(given or os.environ.get(ENV) or DEFAULT).expanduser().resolve()
+        path = Path(given or os.environ.get(ENV) or DEFAULT).expanduser()
+        try:
+            return path.resolve()
+        except RuntimeError:  # Python 3.11's resolve of a symlink loop: it was a traceback
+            raise StoreError(
+                f"workdir {path} is a symbolic link that leads back to itself: pass another --workdir"
+            ) from None
 
     @property
     def records(self) -> Path:

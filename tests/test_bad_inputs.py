@@ -151,6 +151,21 @@ def test_workdir_that_is_a_file(tmp_path):
     assert afile.read_text() == "not a directory"
 
 
+def test_workdir_that_is_a_symlink_loop(tmp_path):
+    """A --workdir whose symbolic links lead back to themselves was a RuntimeError traceback ('Symlink
+    loop from ...') out of Path.resolve, in tune, runs and ui alike."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for args in (SMALL_TUNE, ("runs",), ("ui",)):
+        refused(*args, "--workdir", str(tmp_path / "a"), fragments=("workdir", "leads back to itself"))
+    # --out too, before the tune (it was a traceback when the kernel was written, after it)
+    refused(
+        *SMALL_TUNE, "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "a"),
+        fragments=(f"--out {tmp_path / 'a'} is a symbolic link that leads back to itself",),
+    )  # fmt: skip
+    assert not (tmp_path / "w" / "records.db").exists()
+
+
 @pytest.mark.parametrize("sub", ["kernels", "cache/kernels", "plots"])
 def test_workdir_whose_kernels_directory_is_a_file(tmp_path, sub):
     """`kernels` (or `cache/kernels`, `plots`) a file in the workdir: a FileExistsError traceback
@@ -314,6 +329,59 @@ def test_profile_out_in_a_missing_directory(tmp_path):
         "--out",
         str(tmp_path / "no" / "where"),
         fragments=("--out", "does not exist"),
+    )
+
+
+def test_a_path_longer_than_the_system_takes_is_one_line(tmp_path):
+    """A name over 255 bytes (a variable expanded twice) was an OSError traceback ('File name too
+    long') from the first stat of it, in tune, verify, runs and nki profile alike."""
+    kernel = tmp_path / "double.py"
+    kernel.write_text(KERNEL)
+    long = str(tmp_path / ("a" * 300))
+    fragments = ("File name too long", "a" * 300, "give a shorter path")
+    refused(*SMALL_TUNE, "--out", long + ".py", "--workdir", str(tmp_path / "w"), fragments=fragments)
+    refused(*SMALL_TUNE, "--workdir", long, fragments=fragments)
+    refused("verify", long + ".py", fragments=fragments)
+    refused("runs", "--workdir", long, fragments=fragments)
+    refused("nki", "profile", f"{kernel}:double", "--input", "a=float32[128,512]", "--out", long, fragments=fragments)
+
+
+def test_profile_makes_its_out_directory_before_the_run_and_not_after_a_failed_one(tmp_path, monkeypatch):
+    """--out of a directory the system will not make (/sys/x: EPERM, which os.access let pass) was an
+    OSError traceback from mkdir after the whole run; a run that failed left nothing, and still does;
+    --out "" wrote into the current directory."""
+    kernel = tmp_path / "double.py"
+    kernel.write_text(KERNEL)
+    refused(
+        "nki",
+        "profile",
+        f"{kernel}:double",
+        "--input",
+        "a=float32[64,512]",
+        "--out",
+        str(tmp_path / "new"),
+        fragments=("double",),
+    )
+    assert not (tmp_path / "new").exists()
+    refused("nki", "profile", f"{kernel}:double", "--input", "a=float32[128,512]", "--out", "", fragments=("is empty",))
+    mkdir = Path.mkdir
+
+    def refusing(self, *args, **kwargs):
+        if self.name == "sysfs":
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refusing)
+    target = str(tmp_path / "sysfs")
+    refused(
+        "nki",
+        "profile",
+        f"{kernel}:double",
+        "--input",
+        "a=float32[128,512]",
+        "--out",
+        target,
+        fragments=(f"--out {target} cannot be made: Operation not permitted",),
     )
 
 

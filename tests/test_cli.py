@@ -83,6 +83,20 @@ def test_unknown_workload_suggests():
     _one_line_error(run_axon("show", "rmsnrom"), "unknown workload 'rmsnrom'", "did you mean 'rmsnorm'")
 
 
+def test_a_workload_that_reads_as_a_path_says_what_the_path_is(tmp_path):
+    """A directory (`tune models/:f`, `tune models:f`) or a file not ending in .py given as a spec was
+    'unknown workload ...; `axon workloads` lists them', which lists the built-in ones only."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "model.txt").write_text("")
+    for workload, what in (
+        ("models:f", "models is a directory"),
+        ("models/", "models is a directory"),
+        ("model.txt:f", "model.txt is not a .py file"),
+        ("mdoel.txt:f", "mdoel.txt is not found"),
+    ):
+        refused("show", workload, cwd=tmp_path, fragments=(f"unknown workload '{workload}'", what, "FILE.py:FUNCTION"))
+
+
 @pytest.mark.parametrize("bad", ["M=12x", "M", "M=0", "=3", "M=4,,K=2"])
 def test_malformed_shape(bad):
     _one_line_error(axon_in_process("show", "matmul", "--shape", bad), "malformed --shape")

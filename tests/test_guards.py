@@ -121,6 +121,29 @@ def test_sweep_entry_beyond_the_hardware_is_refused_before_the_first_task(tmp_pa
     assert "give the entry a smaller shape" in line and "use a smaller --shape" not in line
 
 
+def test_a_sweep_entry_with_an_unbound_dimension_is_told_of_its_fields_not_of_flags(tmp_path):
+    """A spec entry without its shape said "bind with --shape M=..." and one whose PRESETS lacks the
+    default "pick one of its presets with --preset": a sweep has neither flag."""
+    (tmp_path / "s.py").write_text(
+        'import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return x * 2.0\n\n'
+        'PRESETS = {"f": {"big": {"M": 256, "N": 512}}}\n'
+    )
+    config = tmp_path / "c.yaml"
+    config.write_text("name: c\nhw: [trn1]\ntrials: 2\nentries:\n  - {workload: s.py:f}\n")
+    line = refused(
+        "sweep",
+        str(config),
+        "--workdir",
+        str(tmp_path / "w"),
+        fragments=(
+            "unbound dimension 'M'",
+            "bind it in the entry's shape: {M: ...}",
+            "in the entry's preset field (big",
+        ),
+    )
+    assert "--shape" not in line and "--preset" not in line
+
+
 def test_show_prints_a_huge_graph_but_check_refuses_to_evaluate_it():
     show = axon_in_process("show", "rmsnorm_matmul", "--shape", "M=1000000000")
     assert show.returncode == 0 and "M=1000000000" in show.stdout, show.stderr

@@ -250,6 +250,19 @@ def test_tune_a_contraction_that_is_not_a_multiple_of_the_tile(tmp_path):
     assert (tmp_path / _kernel_path(result.stdout)).is_file() and result.stderr == ""
 
 
+def test_the_same_command_after_an_edit_of_the_spec_says_so(tmp_path):
+    # its earlier points were "measured before an upgrade or their records lost": the user had edited
+    # the spec, and read that as Axon's doing
+    spec = tmp_path / "s.py"
+    spec.write_text('import axon.spec as ax\n\n@ax.spec(x="M N")\ndef f(x):\n    return ax.exp(x) * 2.0\n')
+    args = ("tune", "s.py:f", "--shape", "M=128,N=256", "--trials", "2", "--workdir", "w", "--no-track", "--quiet")
+    assert axon_in_process(*args, cwd=tmp_path).returncode == 0
+    spec.write_text(spec.read_text().replace("* 2.0", "* 3.0"))
+    result = axon_in_process(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "earlier points not counted, measured before an upgrade or an edit of the spec" in result.stdout
+
+
 @pytest.mark.slow
 def test_a_contraction_without_a_useful_tile_is_refused_naming_it(tmp_path):
     # K=251 (prime): tiles of one row would be correct and far slower than a padded K; the reason says so
@@ -375,6 +388,21 @@ def test_a_spec_whose_presets_lack_default_names_them_when_a_dimension_is_unboun
     line = refused("show", str(tmp_path / "nodef.py:mm"))
     assert "unbound dimension 'K'" in line and "--preset (small; it has no 'default')" in line, line
     assert load_spec(f"{tmp_path / 'nodef.py'}:mm").graph("small").bindings  # the preset itself binds
+
+
+def test_a_preset_binding_a_dimension_the_spec_lacks_names_the_preset(tmp_path):
+    # it said "spec f has no dimension 'NN'; its dimensions are M, N": the user typed no NN, the
+    # file's PRESETS did
+    (tmp_path / "typo.py").write_text(
+        "import axon.spec as ax\n\nPRESETS = {'f': {'default': {'M': 128, 'NN': 64}, 'small': {'M': 4, 'N': 4}}}\n\n"
+        "@ax.spec(x='M N')\ndef f(x):\n    return x * 2.0\n"
+    )
+    refused(
+        "show",
+        str(tmp_path / "typo.py:f"),
+        fragments=("typo.py:f: PRESETS['f']['default'] binds 'NN'", "spec f does not have (its dimensions are M, N)"),
+    )
+    assert load_spec(f"{tmp_path / 'typo.py'}:f").graph("small").bindings == {"M": 4, "N": 4}
 
 
 def test_presets_not_keyed_by_function_name_say_how_they_are_keyed(tmp_path):

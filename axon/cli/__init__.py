@@ -23,7 +23,7 @@ from axon.cli.profile import profile
 from axon.cli.track import runs, ui
 from axon.cli.tune import sweep, tune
 from axon.cli.variants import variants, verify
-from axon.errors import AxonError, storage_failure
+from axon.errors import AxonError, path_too_long, storage_failure, symlink_loop
 from axon.ir import DEFINED_RANGE, Graph, defined_case, flops, min_bytes
 from axon.search.guards import check_evaluate, check_representable
 from axon.target import DEFAULT_HW, load_hw
@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except Exception as exc:  # a full or read-only disk is the machine's, not a bug: one line, not a traceback
         first = (sys.argv[1:] if argv is None else argv)[:1]
-        line = storage_failure(exc, resumable=first in (["tune"], ["sweep"], ["worker"]))
+        resumable = first in (["tune"], ["sweep"], ["worker"])
+        line = storage_failure(exc, resumable=resumable) or path_too_long(exc) or symlink_loop(exc)
         if line is None:
             raise
         click.echo(f"axon: error: {line}", err=True)

@@ -7,11 +7,14 @@ attaches this command. Heavy imports happen inside the command.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 import numpy as np
 
+from axon.cli.common import non_empty
 from axon.cli.nki import (
     ARG_HELP,
     bind,
@@ -44,6 +47,7 @@ from axon.target import DEFAULT_HW, load_hw
     default=".",
     show_default=True,
     type=click.Path(file_okay=False),
+    callback=non_empty,
     help="Directory for the timeline files (<fn>.perfetto.json, <fn>.png).",
 )
 @click.option("--no-png", is_flag=True, help="Skip the PNG Gantt chart.")
@@ -93,15 +97,33 @@ def profile(
     launched = launch(fn, grid, grid_text)
     rng = np.random.default_rng(seed)
     call, kwargs = bind(fn, [(name, random_array(shape, dtype, rng)) for name, shape, dtype in specs], kwargs)
-    with np.errstate(all="ignore"):  # the values do not matter here, only the instructions executed
+    with _made(out, out_dir), np.errstate(all="ignore"):  # the values do not matter, only the instructions
         _, executed = bounded(
             kernel, getattr(fn, "__name__", "kernel"), lambda: run_with_trace(launched, *call, hw=spec, **kwargs)
         )
     timing = simulate(executed, spec)
     click.echo(timing.summary())
-    out.mkdir(exist_ok=True)
     written = [timing.timeline.to_perfetto(targets[0])]
     if not no_png:
         written.append(timing.timeline.to_png(targets[1]))
     for path in written:
         click.echo(f"wrote {path}")
+
+
+@contextmanager
+def _made(out: Path, out_dir: str) -> Iterator[None]:
+    """--out made before the kernel runs, and taken away again when it made it and the run fails: a
+    directory the system refuses to make (/sys/x, EPERM) passed os.access and was an OSError
+    traceback from mkdir after the whole run."""
+    if out.is_dir():
+        yield
+        return
+    try:
+        out.mkdir()
+    except OSError as exc:
+        raise NKIError(f"--out {out_dir} cannot be made: {exc.strerror}: give a directory you can write") from None
+    try:
+        yield
+    except BaseException:
+        out.rmdir()
+        raise

@@ -113,6 +113,9 @@ def ui(workdir: str | None, port: int, open_browser: bool | None) -> None:
     path = _existing(workdir)
     if not path.is_dir():  # a mistyped --workdir served an empty store it had just made
         raise StoreError(f"no working directory {path} (run `axon tune` first, or pass --workdir)")
+    if not (path / "mlflow.db").exists():  # a directory that is not a workdir (its parent, a project's) got
+        # an mlflow.db, its lock and a log written into it, and an empty runs page was served, as `runs` refuses
+        raise StoreError(f"no tracking store in {path} (run `axon tune` first, or pass --workdir)")
     path = resolve_workdir(workdir).root
     # Each of these stops the server. SIGINT is set explicitly: a process started in the background
     # by a non-interactive shell inherits SIGINT ignored, and Python then never raises

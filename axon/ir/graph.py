@@ -161,9 +161,12 @@ class Graph:
         """SpecError for a value with an axis of size 0 or less at these sizes (`x="M 0"`, `N-256` at
         N=256: an empty array was a NumPy ValueError's traceback in the reference)."""
         for n in self.nodes:
-            shape = self.concrete_shape(n.id)
+            what = f"input {n.attr('name')}" if n.op == "input" else f"%{n.id} ({n.op})"
+            try:
+                shape = self.concrete_shape(n.id)
+            except SpecError as exc:  # K/2 at K=3 named neither the spec nor the value it sizes
+                raise SpecError(f"graph {self.name}: {what} of shape [{', '.join(map(str, n.shape))}]: {exc}") from None
             if any(d < 1 for d in shape):
-                what = f"input {n.attr('name')}" if n.op == "input" else f"%{n.id} ({n.op})"
                 raise SpecError(
                     f"graph {self.name}: {what} has shape {list(shape)} under {dict(self.bindings)}: "
                     "every dimension must be at least 1"
@@ -177,7 +180,12 @@ class Graph:
                 continue
             axis, dims = n.attr("axis"), self.bindings
             extent = self.nodes[n.inputs[0]].shape[axis]
-            start, stop, size = n.attr("start").evaluate(dims), n.attr("stop").evaluate(dims), extent.evaluate(dims)
+            try:
+                start, stop, size = (d.evaluate(dims) for d in (n.attr("start"), n.attr("stop"), extent))
+            except SpecError as exc:  # a split of an odd K: named neither the spec nor the slice
+                raise SpecError(
+                    f"graph {self.name}: slice [{n.attr('start')}:{n.attr('stop')}] (node %{n.id}): {exc}"
+                ) from None
             if not 0 <= start < stop <= size:
                 raise SpecError(
                     f"graph {self.name}: slice [{n.attr('start')}:{n.attr('stop')}] of axis {axis} (node %{n.id}) "

@@ -34,7 +34,10 @@ def _groups_of(graph: Graph, dropped: frozenset[int]) -> tuple[FusedGroup, ...]:
 
 def _fused_groups(graph: Graph, row_kinds: Mapping[int, str] | None, dropped: frozenset[int]) -> list[FusedGroup]:
     roles = classify(graph)
-    users = {i: [u for u in us if u not in dropped] for i, us in graph.users().items()}
+    # a dropped reduction still reads its input: the row sum of a mean is bn_stats of that row, so
+    # the row (a bias add, `x @ w + b`) must be computed before it and not inside a later group's
+    # sink (its stats found no view of it: a KeyError traceback)
+    users = {i: [u for u in us if u not in dropped or graph.nodes[u].op == "reduce"] for i, us in graph.users().items()}
     shape = graph.concrete_shape
     group_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}

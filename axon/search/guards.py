@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass
@@ -108,6 +109,23 @@ def _gib(n: float) -> str:
 # what a guard's refusal tells the command line; a sweep's entry has neither flag, and says its own
 SHAPE_ADVICE = "use a smaller --shape (or --force)"
 SWEEP_SHAPE_ADVICE = "give the entry a smaller shape (a sweep has no --shape or --force)"
+# an unbound dimension's advice (`Graph.check_bound`, `Workload.graph`), told as an entry's fields
+_FLAG_ADVICE = (
+    (re.compile(r"bind with --shape (\w+)=\.\.\."), r"bind it in the entry's shape: {\1: ...}"),
+    (re.compile(r"with --preset \("), "in the entry's preset field ("),
+)
+
+
+def sweep_advice(why: str) -> str:
+    """A refusal's advice for a sweep entry, which has fields, not --shape, --preset or --force.
+
+    >>> sweep_advice("graph f: unbound dimension 'M'; bind with --shape M=...")
+    "graph f: unbound dimension 'M'; bind it in the entry's shape: {M: ...}"
+    """
+    why = why.replace(SHAPE_ADVICE, SWEEP_SHAPE_ADVICE)
+    for flag, field in _FLAG_ADVICE:
+        why = flag.sub(field, why)
+    return why
 
 
 def check_tune(graph: Graph, hw: HardwareSpec, what: str) -> Estimate:
@@ -170,6 +188,10 @@ def kernel_out_path(out: str | Path | None, workdir: Workdir, name: str, hw: str
     if not out:
         return workdir.kernels / f"{name}_{hw}_{khash[:8]}.py"
     path = Path(out)
+    try:
+        path.resolve()
+    except RuntimeError:  # Python 3.11's symlink loop: it was a traceback when the kernel was written, after the tune
+        raise StoreError(f"--out {out} is a symbolic link that leads back to itself: give another path") from None
     if path.is_dir():
         raise StoreError(f"--out {out} is a directory: give a file path, e.g. {path / (name + '.py')}")
     if path.exists() and not path.is_file():
@@ -315,8 +337,7 @@ def preflight_sweep(config: Any, workdir: Workdir) -> None:
             )
             preflight(request)
         except AxonError as exc:
-            why = str(exc).replace(SHAPE_ADVICE, SWEEP_SHAPE_ADVICE)
-            raise type(exc)(f"{config.source}: entry {entry.key(hw)}: {why}") from None
+            raise type(exc)(f"{config.source}: entry {entry.key(hw)}: {sweep_advice(str(exc))}") from None
         # tasks are keyed by the machine's name: a second file of the same machine was skipped as done
         other = machines.setdefault(request.hw.name, hw)
         if other != hw:

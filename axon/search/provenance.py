@@ -97,6 +97,13 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         info["point"], info["shape"], info["workload"] = dict(info["point"]), dict(info["shape"]), str(info["workload"])
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise SpecError(f"{path}: its axon block is damaged ({exc}): the kernel cannot be checked again") from None
+    # counts verify reads with int(): a hand-edited "x" was a ValueError traceback, -1 indexed from the end
+    for field, value in (("depth", info.get("depth")), ("point.variant", info["point"].get("variant", 0))):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(
+                f"{path}: its axon block is damaged (field {field} must be a non-negative integer, got {value!r}): "
+                "the kernel cannot be checked again"
+            )
     return code, info
 
 
@@ -115,8 +122,19 @@ def _hardware(info: dict[str, Any], path: Path) -> Any:
 
 
 def verify(path: str | Path) -> Verdict:
-    """Check a kernel file `axon tune` wrote again from what it says about itself (see the module)."""
+    """Check a kernel file `axon tune` wrote again from what it says about itself (see the module).
+    A refusal while checking (a spec gone, a point that no longer lowers) names the kernel file: the
+    spec, shape and point it names come from the file's block, not from the command line."""
     path = Path(path).expanduser()
+    try:
+        return _verify(path)
+    except AxonError as exc:
+        if not str(exc).startswith(str(path)):
+            exc.args = (f"{path}: {exc}", *exc.args[1:])
+        raise
+
+
+def _verify(path: Path) -> Verdict:
     code, info = _read(path)
     hw = _hardware(info, path)
     w = get(info["workload"])
@@ -130,11 +148,7 @@ def verify(path: str | Path) -> Verdict:
     point = info["point"]
     index = int(point.get("variant", 0))
     if index >= len(variants) or variants[index].hash != info["variant"]:
-        # the spec as written is variant 0 whatever the search finds: another hash is another spec
-        edited = "" if info["moves"] else f": the spec traces to another graph ({variants[0].hash[:8]}), edited since?"
-        failures.append(
-            f"variant {info['variant'][:8]} ({' + '.join(info['moves']) or 'as written'}) is not found again{edited}"
-        )
+        failures.append(_not_found(info, [v.hash for v in variants], index))
         return Verdict(tuple(lines), tuple(failures))
     if found_at != info["shape"]:  # a family's kernel: the variants bound to its shape, as the family does
         graph = graph.bind(**info["shape"])
@@ -160,3 +174,14 @@ def verify(path: str | Path) -> Verdict:
     if not adversarial.ok:
         failures.append(f"adversarial: {adversarial.failure()}")
     return Verdict(tuple(lines), tuple(failures))
+
+
+def _not_found(info: dict[str, Any], hashes: list[str], index: int) -> str:
+    """Why the block's variant is not the point's: found at another index (the point was edited: it
+    said "the spec traces to another graph" naming the block's own variant), or not found at all."""
+    named = f"variant {info['variant'][:8]} ({' + '.join(info['moves']) or 'as written'})"
+    if info["variant"] in hashes:
+        return f"{named} is variant {hashes.index(info['variant'])} here, the point says variant {index} (edited?)"
+    # the spec as written is variant 0 whatever the search finds: another hash is another spec
+    edited = "" if info["moves"] else f": the spec traces to another graph ({hashes[0][:8]}), edited since?"
+    return f"{named} is not found again{edited}"

@@ -51,8 +51,8 @@ class TuneReport:
             f"in {self.elapsed_s:.1f} s"
             + (f" (resumed: {self.resumed} trials done by an earlier run)" if self.resumed else "")
             + (
-                f" ({self.outdated[0]} earlier points not counted, measured before an upgrade or their records "
-                f"lost; the best {self.outdated[1]} measured again)"
+                f" ({self.outdated[0]} earlier points not counted, measured before an upgrade or an edit of the "
+                f"spec, or their records lost; the best {self.outdated[1]} measured again)"
                 if self.outdated[0]
                 else ""
             ),

@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from axon.errors import SpecError
@@ -62,7 +63,14 @@ class Workload:
     def graph(self, preset: str | None = "default", dtype: str = "float32", **overrides: int) -> Graph:
         """The traced graph at a preset (or only the given dims when `preset` is None)."""
         dims = dict(overrides) if preset is None else self.dims(preset, **overrides)
-        graph = bind_dims(trace(self.fn, dtype=dtype, name=self.kernel_name), dims, self.fn.__name__)
+        traced = trace(self.fn, dtype=dtype, name=self.kernel_name)
+        stray = sorted(set(self.presets.get(preset or "", {})) - traced.symbols)
+        if stray:  # "spec f has no dimension 'NN'" did not say where the NN came from: not the command line
+            raise SpecError(
+                f"{self.name}: PRESETS[{self.fn.__name__!r}][{preset!r}] binds {stray[0]!r}, a dimension spec "
+                f"{self.fn.__name__} does not have (its dimensions are {', '.join(sorted(traced.symbols))})"
+            )
+        graph = bind_dims(traced, dims, self.fn.__name__)
         try:
             graph.check_bound()
         except SpecError as exc:
@@ -206,8 +214,18 @@ def get(name: str) -> Workload:
     if name in _REGISTRY:
         return _REGISTRY[name]
     close = difflib.get_close_matches(name, _REGISTRY, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else "; `axon workloads` lists them"
+    hint = f"; did you mean {close[0]!r}?" if close else _path_hint(name)
     raise SpecError(f"unknown workload {name!r}{hint}")
+
+
+def _path_hint(name: str) -> str:
+    """What a name that reads as a path is missing (`dir:f`, `model.txt:f`, `dir/`): it was told to
+    look in `axon workloads`, which lists the built-in ones only."""
+    if ":" not in name and "/" not in name:
+        return "; `axon workloads` lists them"
+    path = Path(name.rpartition(":")[0] or name).expanduser()
+    what = "a directory" if path.is_dir() else "not a .py file" if path.is_file() else "not found"
+    return f"; {path} is {what}: a spec is named FILE.py:FUNCTION (the built-in ones: `axon workloads`)"
 
 
 def _presets(table: Any, path: str, fn_name: str) -> Mapping[str, Mapping[str, int]]:

@@ -159,6 +159,31 @@ def test_slices_count_negative_bounds_from_the_end_and_stay_inside_the_axis():
         trace(halves, S=4, D=63).check_bound()
 
 
+def test_a_size_that_is_not_whole_names_the_spec_and_the_value_it_sizes():
+    """'dimension K/2 is not a whole number under {...} (3/2)' named neither the spec nor the input,
+    slice or reshape whose size it is."""
+
+    @ax.spec(x="M K", y="M K/2")
+    def half_input(x, y):
+        return ax.concatenate([y, y]) * x
+
+    @ax.spec(x="S D")
+    def halves(x):
+        lo, hi = ax.split(x, 2, axis=-1)
+        return lo * hi
+
+    @ax.spec(x="B S D")
+    def heads(x):
+        return ax.reshape(ax.reshape(x, "B S 4 D/4") * 2.0, "B S D")
+
+    with pytest.raises(SpecError, match=r"graph half_input: input y of shape \[M, K/2\]: dimension K/2 is not"):
+        trace(half_input, M=4, K=3).check_bound()
+    with pytest.raises(SpecError, match=r"graph halves: slice \[0:D/2\] \(node %1\): dimension D/2 is not"):
+        trace(halves, S=4, D=63).check_bound()
+    with pytest.raises(SpecError, match=r"graph heads: %1 \(reshape\) of shape \[B, S, 4, D/4\]: dimension D/4"):
+        trace(heads, B=2, S=3, D=202).check_bound()
+
+
 def test_bad_reshape_and_axis():
     @ax.spec(x="M K")
     def bad_reshape(x):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import axon.nki
-from axon.ir import evaluate, max_rel_error, reference_case
+import axon.spec as ax
+from axon.ir import evaluate, max_rel_error, reference_case, trace
 from axon.ir.ops import NumpyMath
 from axon.lower import emit, interpret, lower
 from axon.lower.moments import match_moments
@@ -122,3 +123,36 @@ def test_a_group_of_one_full_width_step_is_not_cut_into_windows():
     graph = get("softmax").graph("small", N=2048)  # default isel: [P, 1] negation, then one exp
     plain = [(i.opcode, i.free_size) for i in _instrs(lower(graph, {}, HW).body)]
     assert [(i.opcode, i.free_size) for i in _instrs(lower(graph, {"interleave": True}, HW).body)] == plain
+
+
+@ax.spec(x="M K", w="K N", b="N")
+def _linear_layernorm(x, w, b):
+    h = x @ w + b
+    return (h - ax.mean(h)) * ax.rsqrt(ax.var(h) + 1e-5)
+
+
+@ax.spec(x="M N", b="N")
+def _bias_layernorm(x, b):
+    h = x + b
+    return (h - ax.mean(h)) * ax.rsqrt(ax.var(h) + 1e-5)
+
+
+@pytest.mark.parametrize(
+    "spec,dims,fusion",
+    [
+        (_linear_layernorm, {"M": 128, "K": 128, "N": 640}, "fused"),
+        (_linear_layernorm, {"M": 128, "K": 128, "N": 640}, "split_matmuls"),
+        (_bias_layernorm, {"M": 128, "N": 640}, "fused"),
+    ],
+)
+def test_a_row_computed_in_the_pass_gets_its_statistics_after_it_is_computed(spec, dims, fusion):
+    """The row of a layer norm that is not an input (a bias add: `x @ w + b`, `x + b`) was fused into
+    the group of `h - mean`, emitted at that group's sink, after the bn_stats that read it: lowering
+    the default point was a KeyError traceback out of `axon tune`."""
+    graph = trace(spec).bind(**dims)
+    assert len(match_moments(graph)) == 1
+    prog = lower(graph, {"moments": "bn_stats", "fusion": fusion}, HW)
+    ops = [i.opcode for i in _instrs(prog.body)]
+    assert ops.count("bn_stats") == 2 and ops.count("bn_aggr") == 1
+    inputs, ref = reference_case(graph)
+    assert max_rel_error(_run(prog, emit(prog), inputs), ref) <= TOL["float32"]

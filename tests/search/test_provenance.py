@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from axon.errors import SpecError
+from axon.errors import AxonError, SpecError
 from axon.search.api import TuneRequest, tune
 from axon.search.problem import LoweredProblem
 from axon.search.provenance import MARKER, delivered, verify
@@ -123,3 +123,37 @@ def test_a_variant_found_past_the_discovery_budget_of_a_slower_machine_still_ver
     monkeypatch.setattr(variants_module, "discover", slow_machine)
     verdict = verify(path)
     assert verdict.ok, verdict
+
+
+def test_a_hand_edited_block_is_refused_naming_the_file_and_field(tmp_path):
+    """A block whose depth or point.variant is not a count was a ValueError traceback (int('x')); a
+    point.variant past the variants said "the spec traces to another graph" naming the block's own
+    variant; a point that does not lower was refused without the file's name."""
+    graph = workload_graph(get("softmax"), "small", "float32", None)
+    variants = verified_variants(graph)
+    problem = LoweredProblem("softmax", graph, load_hw("trn1"), variants, "float32")
+    point = problem.default_point(0)
+    request = SimpleNamespace(workload="softmax", preset="small", depth=4)
+    text = delivered(problem.build(point), problem, point, request)
+    path = tmp_path / "k.py"
+
+    def edited(old: str, new: str) -> Path:
+        assert old in text
+        path.write_text(text.replace(old, new))
+        return path
+
+    for old, new, field in (
+        ('"depth": 4', '"depth": "x"', "depth"),
+        ('"variant": 0}', '"variant": "a"}', "point.variant"),
+        ('"variant": 0}', '"variant": -1}', "point.variant"),
+    ):
+        with pytest.raises(SpecError, match=f"k.py: its axon block is damaged \\(field {field} must be"):
+            verify(edited(old, new))
+    past = len(variants)
+    failures = verify(edited('"variant": 0}', f'"variant": {past}}}')).failures
+    assert failures == (
+        f"variant {variants[0].hash[:8]} (as written) is variant 0 here, the point says variant {past} (edited?)",
+    )
+    with pytest.raises(AxonError, match="k.py: point cannot be lowered: knob tile_m"):
+        verify(edited('"tile_m": 128', '"tile_m": 96'))
+    refused("verify", str(edited('"depth": 4', '"depth": "x"')), fragments=(f"{path}: its axon block is damaged",))

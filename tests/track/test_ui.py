@@ -113,6 +113,7 @@ def test_axon_ui_stops_its_whole_process_tree_on_sigterm(tmp_path):
     """`kill` goes to `axon ui` alone; the MLflow server runs in a session of its own and gets nothing
     from outside, so `axon ui` must stop it and all under it."""
     sig = signal.SIGTERM
+    Tracker.for_workdir(tmp_path)  # a workdir's store: `axon ui` refuses a directory without one
     proc, url = _start_axon_ui(tmp_path)
     tree: set[int] = set()
     try:
@@ -220,6 +221,15 @@ def test_ui_on_a_working_directory_that_does_not_exist_is_refused(tmp_path):
     """`axon ui --workdir typo` made the directory and an empty store, and served that."""
     refused("ui", "--workdir", str(tmp_path / "typo"), fragments=("no working directory", "typo"))
     assert not (tmp_path / "typo").exists()
+
+
+def test_ui_on_a_directory_without_a_tracking_store_is_refused_and_left_as_it_was(tmp_path):
+    """`axon ui --workdir DIR` of a directory that is not a workdir (its parent, a project) wrote an
+    mlflow.db, its lock and mlflow-ui.log into it and served an empty runs page; `runs` refused it."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    for command in ("ui", "runs"):
+        refused(command, "--workdir", str(tmp_path), fragments=("no tracking store in", str(tmp_path)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def test_ui_and_runs_on_a_workdir_that_is_a_file_name_it_as_one(tmp_path):
