@@ -7,6 +7,7 @@ line). The CLI turns any `AxonError` into one line on stderr and exit code 2; an
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 
 
 class AxonError(Exception):
@@ -50,18 +51,24 @@ def storage_failure(exc: BaseException, resumable: bool = True) -> str | None:
     'No space left on device: /w/records.db (free some space, or pass another --workdir; the same command resumes)'
     """
     then = ", or pass another --workdir; the same command resumes" if resumable else ""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         if isinstance(current, OSError) and current.errno in _FULL_OR_READ_ONLY:
             where = f": {current.filename}" if current.filename else ""
             room = "write elsewhere" if current.errno == errno.EROFS else "free some space"
             return f"{current.strerror}{where} ({room}{then})"
         if "database or disk is full" in str(current):
             return f"a database of the workdir could not be written: database or disk is full (free some space{then})"
-        current = current.__cause__ or current.__context__
     return None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and the exceptions it was raised from or while handling, each once."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def path_too_long(exc: BaseException) -> str | None:
@@ -72,14 +79,10 @@ def path_too_long(exc: BaseException) -> str | None:
     >>> path_too_long(OSError(errno.ENAMETOOLONG, "File name too long", "a" * 8))
     'File name too long: aaaaaaaa (names of up to 255 bytes, paths of up to 4096: give a shorter path)'
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         if isinstance(current, OSError) and current.errno == errno.ENAMETOOLONG:
             where = f": {current.filename}" if current.filename else ""
             return f"{current.strerror}{where} (names of up to 255 bytes, paths of up to 4096: give a shorter path)"
-        current = current.__cause__ or current.__context__
     return None
 
 
@@ -90,13 +93,9 @@ def symlink_loop(exc: BaseException) -> str | None:
     >>> symlink_loop(RuntimeError("Symlink loop from '/w/a'"))
     "Symlink loop from '/w/a': its symbolic links lead back to themselves: give another path"
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         if isinstance(current, OSError) and current.errno == errno.ELOOP:
             return f"{current.strerror}: {current.filename}: give another path"
         if type(current) is RuntimeError and str(current).startswith("Symlink loop from "):
             return f"{current}: its symbolic links lead back to themselves: give another path"
-        current = current.__cause__ or current.__context__
     return None
