@@ -47,6 +47,8 @@ def merge_rows(graph: Graph, partitions: int) -> Graph | None:
         shape = graph.concrete_shape(node.id)
         if node.op in ("transpose", "reshape"):
             return None
+        if node.op == "matmul" and _batched_weight(graph, node.inputs[1], rank):
+            return None
         if node.op in _AXIS_OPS and node.attr("axis") % max(node.type.rank, 1) != node.type.rank - 1:
             return None
         if len(shape) > rank or len(shape) == rank and shape[-3:-1] not in (out[-3:-1], (1, 1)):
@@ -63,6 +65,13 @@ def merge_rows(graph: Graph, partitions: int) -> Graph | None:
         else:
             remap[node.id] = builder.copy_node(node, [remap[i] for i in node.inputs])
     return builder.build([remap[o] for o in graph.outputs], graph.output_names)
+
+
+def _batched_weight(graph: Graph, nid: int, rank: int) -> bool:
+    """`nid`, a matmul's right operand, has a weight per batch: its rows are K, so merging its batch axis
+    into them would contract over every batch's K at once (it passes the shape test when K equals S)."""
+    shape = graph.concrete_shape(nid)
+    return len(shape) == rank and shape[-3] != 1
 
 
 def _weight_only(graph: Graph, nid: int) -> bool:

@@ -105,8 +105,9 @@ def test_a_decode_step_projection_with_a_2d_weight_lowers_over_the_batch():
         trace(norm, B=1, S=1, D=512),  # nothing to gain
         trace(over_rows, B=64, S=1, D=512),  # a reduction over the rows axis
         trace(batched, B=8, S=1, K=128, N=256),  # a weight per batch: its rows are K
+        trace(batched, B=8, S=4, K=4, N=64),  # the same, its K as deep as the rows: [8, 4, 4] @ [8, 4, 64]
     ],
-    ids=["full-rows", "one-row", "reduce-rows-axis", "batched-weight"],
+    ids=["full-rows", "one-row", "reduce-rows-axis", "batched-weight", "batched-weight-k-as-s"],
 )
 def test_graphs_where_the_swap_is_not_the_same_computation_are_left_as_they_are(graph):
     assert merge_rows(graph, HW.memory.partitions) is None
