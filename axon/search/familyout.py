@@ -9,6 +9,7 @@ its true size (bounded slices; no padding, no masks), so a kernel reads and writ
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import math
@@ -161,13 +162,29 @@ def write_module(
 def _drop_stale(kernels: Path, kernel: str, current: set[str]) -> None:
     """Remove the kernel files an earlier family of the same kernel left in `kernels/` (a rerun over
     another range): the module no longer dispatches to them, and `axon verify kernels/*.py` would
-    check kernels it does not serve. Only files the lowering generated for this kernel go."""
+    check kernels it does not serve. Only files the lowering generated for this kernel, under the name a
+    family gives the shape they were generated for, go: a user's copy (`..._S129_mine.py`) or a kernel
+    `axon tune --out` wrote there under a name of the user's is the user's, and stays."""
     for path in kernels.glob(f"{kernel}_*.py"):
         if path.name in current:
             continue
         text = path.read_text(errors="replace")
-        if text.startswith(HEADER) and f"\ndef {kernel}(" in text:
+        if text.startswith(HEADER) and f"\ndef {kernel}(" in text and path.name in _family_names(text, kernel):
             path.unlink()
+
+
+def _family_names(text: str, kernel: str) -> set[str]:
+    """The names a family gives the kernel file `text` for the shape its header says it was generated at
+    (the header's order, or sorted), or none when that line is not there or does not parse."""
+    for line in text.splitlines()[:4]:
+        _, sep, shape = line.partition("  shapes: ")
+        if sep:
+            try:
+                dims = ast.literal_eval(shape)
+                return {f"{kernel}_{_tag(d)}.py" for d in (dict(dims), dict(sorted(dims.items())))}
+            except (ValueError, SyntaxError, TypeError, AttributeError):
+                return set()
+    return set()
 
 
 _MODULE = '''"""{doc}

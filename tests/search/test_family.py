@@ -514,7 +514,8 @@ def test_a_family_with_a_shape_no_kernel_can_be_built_at_is_one_line(tmp_path):
 
 def test_a_rerun_over_other_shapes_replaces_the_kernel_files_it_no_longer_serves(tmp_path):
     """M=128..384 then M=256..512 into one directory left the M=128 and M=384 kernels beside the module,
-    which no longer dispatches to them; a file of the user's there stays."""
+    which no longer dispatches to them; a file of the user's there stays, and so does a user's copy of one
+    of the kernels under a name of theirs (it was removed with the kernels: it is Axon's text)."""
     from axon.search.family import Family, ShapeRow
 
     g = get("softmax").graph("small")
@@ -527,10 +528,12 @@ def test_a_rerun_over_other_shapes_replaces_the_kernel_files_it_no_longer_serves
 
     write_module(family((128, 256, 384)), problems, tmp_path, [], "trn1")
     (tmp_path / "kernels" / "softmax_notes.py").write_text("# mine\ndef softmax(x):\n    return x\n")
+    copy = (tmp_path / "kernels").glob("*M128*.py").__next__().read_text()
+    (tmp_path / "kernels" / "softmax_M128_mine.py").write_text(copy)
     module = load_family(write_module(family((256, 512)), problems, tmp_path, [], "trn1"))
     names = sorted(p.name for p in (tmp_path / "kernels").iterdir())
     served = sorted(f.split("/")[-1] for f, _, _ in module.KERNELS.values())
-    assert names == sorted([*served, "softmax_notes.py"]) and len(served) == 2, names
+    assert names == sorted([*served, "softmax_M128_mine.py", "softmax_notes.py"]) and len(served) == 2, names
 
 
 def test_a_schedule_serving_sizes_apart_names_each_run_of_them():
