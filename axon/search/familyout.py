@@ -169,22 +169,25 @@ def _drop_stale(kernels: Path, kernel: str, current: set[str]) -> None:
         if path.name in current:
             continue
         text = path.read_text(errors="replace")
-        if text.startswith(HEADER) and f"\ndef {kernel}(" in text and path.name in _family_names(text, kernel):
+        if text.startswith(HEADER) and f"\ndef {kernel}(" in text and _is_family_name(text, kernel, path.name):
             path.unlink()
 
 
-def _family_names(text: str, kernel: str) -> set[str]:
-    """The names a family gives the kernel file `text` for the shape its header says it was generated at
-    (the header's order, or sorted), or none when that line is not there or does not parse."""
+def _is_family_name(text: str, kernel: str, name: str) -> bool:
+    """`name` is the name a family gives the kernel file `text` for the shape its header says it was
+    generated at, its dimensions in any order (a family puts the ones it varies last); False when that
+    line is not there or does not parse."""
     for line in text.splitlines()[:4]:
         _, sep, shape = line.partition("  shapes: ")
         if sep:
             try:
-                dims = ast.literal_eval(shape)
-                return {f"{kernel}_{_tag(d)}.py" for d in (dict(dims), dict(sorted(dims.items())))}
-            except (ValueError, SyntaxError, TypeError, AttributeError):
-                return set()
-    return set()
+                tag = _tag(dict(ast.literal_eval(shape)))
+            except (ValueError, SyntaxError, TypeError):
+                return False
+            return name.startswith(f"{kernel}_") and sorted(name[len(kernel) + 1 : -3].split("_")) == sorted(
+                tag.split("_")
+            )
+    return False
 
 
 _MODULE = '''"""{doc}

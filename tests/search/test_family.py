@@ -512,17 +512,20 @@ def test_a_family_with_a_shape_no_kernel_can_be_built_at_is_one_line(tmp_path):
     assert "contraction 257" in r.stderr and "pad it" in r.stderr and "Warning" not in r.stderr
 
 
-def test_a_rerun_over_other_shapes_replaces_the_kernel_files_it_no_longer_serves(tmp_path):
+@pytest.mark.parametrize("varied_last", [False, True], ids=["sorted-names", "varied-dimension-last"])
+def test_a_rerun_over_other_shapes_replaces_the_kernel_files_it_no_longer_serves(tmp_path, varied_last):
     """M=128..384 then M=256..512 into one directory left the M=128 and M=384 kernels beside the module,
     which no longer dispatches to them; a file of the user's there stays, and so does a user's copy of one
-    of the kernels under a name of theirs (it was removed with the kernels: it is Axon's text)."""
+    of the kernels under a name of theirs (it was removed with the kernels: it is Axon's text). A family
+    names its files with the dimensions it varies last (`softmax_N512_M128.py`), not as the header's shape."""
     from axon.search.family import Family, ShapeRow
 
     g = get("softmax").graph("small")
     problems = FamilyProblems("softmax", g, load_hw("trn1"), verified_variants(g, depth=0), "float32")
 
     def family(ms: tuple[int, ...]) -> Family:
-        shapes = [{**g.bindings, "M": m} for m in ms]
+        fixed = {k: v for k, v in g.bindings.items() if k != "M"} if varied_last else dict(g.bindings)
+        shapes = [{**fixed, "M": m} for m in ms]
         rows = [ShapeRow(d, 0, 1.0, True, 1.0, 1.0) for d in shapes]
         return Family("softmax", {"M": ms}, [problems(shapes[0]).default_point()], rows, 3, shapes)
 
@@ -530,6 +533,7 @@ def test_a_rerun_over_other_shapes_replaces_the_kernel_files_it_no_longer_serves
     (tmp_path / "kernels" / "softmax_notes.py").write_text("# mine\ndef softmax(x):\n    return x\n")
     copy = (tmp_path / "kernels").glob("*M128*.py").__next__().read_text()
     (tmp_path / "kernels" / "softmax_M128_mine.py").write_text(copy)
+    assert any(p.name.endswith("_M128.py") for p in (tmp_path / "kernels").iterdir()) == varied_last
     module = load_family(write_module(family((256, 512)), problems, tmp_path, [], "trn1"))
     names = sorted(p.name for p in (tmp_path / "kernels").iterdir())
     served = sorted(f.split("/")[-1] for f, _, _ in module.KERNELS.values())
