@@ -96,6 +96,24 @@ def test_mistakes_found_at_load_not_after_tuning(tmp_path, text, message):
         load_sweep(path)
 
 
+def test_the_same_spec_file_written_two_ways_is_a_repeated_entry(tmp_path):
+    """`specs.py:f` and `./specs.py:f` (or its absolute path) were two tasks, the same problem tuned twice."""
+    (tmp_path / "specs.py").write_text("import axon.spec as ax\n\n\n@ax.spec(x='M N')\ndef f(x):\n    return x * 2.0\n")
+    path = tmp_path / "sweep.yaml"
+    for other in ("./specs.py:f", f"{tmp_path}/specs.py:f", "../" + tmp_path.name + "/specs.py:f"):
+        path.write_text(
+            "entries:\n  - {workload: specs.py:f, shape: {M: 4, N: 8}}\n"
+            f"  - {{workload: '{other}', shape: {{N: 8, M: 4}}}}\n"
+        )
+        with pytest.raises(SpecError, match=r"entries\[1\] repeats entries\[0\]"):
+            load_sweep(path)
+    path.write_text(
+        "entries:\n  - {workload: specs.py:f, shape: {M: 4, N: 8}}\n"
+        "  - {workload: ./specs.py:f, shape: {M: 4, N: 16}}\n"
+    )
+    assert len(load_sweep(path).entries) == 2
+
+
 @pytest.mark.skipif(NeuronBackend.available() is None, reason="the Neuron SDK is installed here")
 def test_sweep_on_neuron_without_the_sdk_is_refused_before_any_task(tmp_path):
     """It failed every task, exit 1, after a parent run was made."""
