@@ -163,8 +163,11 @@ def _row_operand(roles: Roles, node: Node, i: int) -> None:
             raise NeedCut(i)
         _assign(roles, i, "bcast", ())
         return
+    # NumPy broadcasts it (a vector per batch, [B, 1, D] over [B, S, D]); the lowering broadcasts a row
+    # vector only when it is the same for every batch: "does not broadcast" read as a wrong spec
     raise LoweringError(
-        f"{g.name}: {node.op} operand of shape {list(shape)} does not broadcast over rows of {list(nshape)}"
+        f"{g.name}: {node.op} operand of shape {list(shape)}, a row vector per batch broadcast over the rows "
+        f"of {list(nshape)}, is not lowered: only a vector the same for every batch ([1, 1, D] or [D]) is"
     )
 
 

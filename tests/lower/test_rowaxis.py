@@ -129,3 +129,17 @@ def test_a_decode_step_spec_tunes_to_a_kernel_that_verifies_from_its_file(tmp_pa
     )
     assert report.numerics.ok and "x = x.reshape((1, 64, 512))" in open(report.kernel_path).read()
     assert verify(report.kernel_path).ok
+
+
+def test_a_vector_per_batch_is_refused_as_not_lowered_not_as_not_broadcasting():
+    """[B, 1, D] times [B, S, D] broadcasts in NumPy; the line said 'does not broadcast over rows', which
+    reads as a mistake in the spec."""
+    from axon.lower.roles import LoweringError
+
+    @ax.spec(x="B S D", s="B 1 D")
+    def per_batch(x, s):
+        return x * s
+
+    graph = trace(per_batch, B=4, S=20, D=128)
+    with pytest.raises(LoweringError, match=r"a row vector per batch .* is not lowered: only a vector the same"):
+        lower(graph, Space(graph, HW).default_point(), HW)
