@@ -17,6 +17,7 @@ leave the graph as it is. Rows of a partition tile or more are left as they are 
 
 from __future__ import annotations
 
+from axon.errors import SpecError
 from axon.ir import Dim, Graph, GraphBuilder, TensorType
 
 _AXIS_OPS = frozenset({"reduce", "slice", "concat", "repeat"})  # ops with an axis: applies if it is the last
@@ -55,16 +56,41 @@ def merge_rows(graph: Graph, partitions: int) -> Graph | None:
             return None
         if 2 <= len(shape) < rank and any(s != 1 for s in shape[:-1]) and not _weight_only(graph, node.id):
             return None
+    for ones in (False, True):  # as written first: a graph that merged before this fallback merges the same
+        try:
+            return _merged(graph, rank, ones)
+        except SpecError:  # "S D" at S=1 typed as S over [1, B*S, D]: "B*S vs S"
+            continue
+    return None  # the merged graph does not type: lowered as written (merging is only faster)
+
+
+def _merged(graph: Graph, rank: int, ones: bool) -> Graph:
+    """The graph with its inputs of the output's rank merged; with `ones`, also each other input's axes
+    before the last that are 1 at the bound sizes but named (`S` at S=1) typed as the constant 1, so
+    they broadcast over the merged rows as they do over the spec's."""
     builder = GraphBuilder(graph.name, graph.bindings)
     remap: dict[int, int] = {}
     for node in graph.nodes:
-        if node.op == "input" and node.type.rank == rank and graph.concrete_shape(node.id)[-3:-1] != (1, 1):
+        shape = graph.concrete_shape(node.id)
+        if node.op == "input" and node.type.rank == rank and shape[-3:-1] != (1, 1):
             dims = node.type.shape
             merged = TensorType((*dims[:-3], Dim.const(1), dims[-3] * dims[-2], dims[-1]), node.type.dtype)
             remap[node.id] = builder.input(node.attr("name"), merged, node.where, node.attr("range"))
+        elif ones and node.op == "input" and _symbolic_ones(node.type, shape) and not _weight_only(graph, node.id):
+            typed = TensorType(_symbolic_ones(node.type, shape), node.type.dtype)
+            remap[node.id] = builder.input(node.attr("name"), typed, node.where, node.attr("range"))
         else:
             remap[node.id] = builder.copy_node(node, [remap[i] for i in node.inputs])
     return builder.build([remap[o] for o in graph.outputs], graph.output_names)
+
+
+def _symbolic_ones(ttype: TensorType, shape: tuple[int, ...]) -> tuple[Dim, ...]:
+    """`ttype`'s dims with each axis before the last that is 1 at the bound sizes but named (`S` at S=1)
+    made the constant 1, or () when there is none."""
+    dims = tuple(
+        Dim.const(1) if i < len(shape) - 1 and s == 1 else d for i, (d, s) in enumerate(zip(ttype.shape, shape))
+    )
+    return dims if dims != tuple(ttype.shape) else ()
 
 
 def _batched_weight(graph: Graph, nid: int, rank: int) -> bool:

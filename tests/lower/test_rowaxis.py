@@ -143,3 +143,27 @@ def test_a_vector_per_batch_is_refused_as_not_lowered_not_as_not_broadcasting():
     graph = trace(per_batch, B=4, S=20, D=128)
     with pytest.raises(LoweringError, match=r"a row vector per batch .* is not lowered: only a vector the same"):
         lower(graph, Space(graph, HW).default_point(), HW)
+
+
+@ax.spec(x="B S D", c="S D/2", s="S D/2")
+def rope_per_position(x, c, s):
+    a, b = ax.split(x, 2)
+    return ax.concat([a * c - b * s, a * s + b * c], axis=-1)
+
+
+@ax.spec(x="B S D", p="1 S D", w="D N")
+def position_then_projection(x, p, w):
+    return ax.gelu(x + p) @ w
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [trace(rope_per_position, B=24, S=1, D=128), trace(position_then_projection, B=40, S=1, D=128, N=64)],
+    ids=["S-D-table", "1-S-D-table"],
+)
+def test_a_decode_step_with_a_per_position_table_is_merged_and_computes_its_spec(graph):
+    """A table over positions ("S D" or "1 S D") at S=1 made tune refuse the spec: 'no variant can be
+    lowered: mul: shapes [1, B*S, D/2] and [S, D/2] do not broadcast (axis -2: B*S vs S)'."""
+    assert merge_rows(graph, HW.memory.partitions) is not None
+    prog, _ = _run(graph)
+    assert dict(prog.views)["x"] == graph.concrete_shape(graph.inputs[0].id)
