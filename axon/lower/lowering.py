@@ -118,10 +118,8 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = F
     operand waits for that: two pipeline stages become one). "all" reuses any dead slot, which
     `lower` falls back to where the point does not fit SBUF otherwise."""
     original = graph_of(variant)
-    graph = original.memo(
-        ("normalized", hw.memory.partitions), lambda: normalize(original, hw.memory.partitions)
-    )  # the same graph objects for every
-    graph.check_bound()  # point, so their memos hold
+    graph = normalize(original, hw.memory.partitions)  # the same graph object for every point
+    graph.check_bound()
     knobs = knobs_of(point)
     cuts = frozenset(_cuts(graph, knobs["fusion"]))
     passes, cuts = graph.memo(("split", cuts), lambda: split(graph, cuts))
@@ -182,7 +180,7 @@ def _lower(variant: Any, point: Any, hw: Any, reuse: str, rotate_temps: bool = F
 
 def _views(spec: Graph, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> tuple[tuple[str, tuple], ...]:
     """The arguments and results whose shape in the spec (`spec`, before `normalize`) is not the
-    body's: a rows axis of one swapped with the axis before it (`axon.lower.rowaxis`)."""
+    body's: short rows merged with the axis before them (`axon.lower.rowaxis`)."""
     given = {n.attr("name"): spec.concrete_shape(n.id) for n in spec.inputs}
     given.update((t.name, spec.concrete_shape(o)) for t, o in zip(outputs, spec.outputs))
     return tuple((t.name, given[t.name]) for t in inputs + outputs if given[t.name] != t.shape)
@@ -191,7 +189,7 @@ def _views(spec: Graph, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...])
 def _lower_online(variant: Any, point: Any, hw: Any) -> TileProgram:
     """The flash-style attention loop nest (`axon.lower.attention`) of a graph of that form."""
     original = graph_of(variant)
-    graph = original.memo(("normalized", hw.memory.partitions), lambda: normalize(original, hw.memory.partitions))
+    graph = normalize(original, hw.memory.partitions)
     graph.check_bound()
     form = graph.memo(("attention",), lambda: match_attention(graph))
     if form is None:

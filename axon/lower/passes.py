@@ -121,7 +121,13 @@ def _needed(graph: Graph, group: list[int], materialized: set[int]) -> set[int]:
 
 def normalize(graph: Graph, partitions: int) -> Graph:
     """The graph the lowering works on: split-tile reductions undone (`_undo_split_tiles`), then, for a
-    graph whose rows are fewer than `partitions`, the axis before them merged in (`axon.lower.rowaxis`)."""
+    graph whose rows are fewer than `partitions`, the axis before them merged in (`axon.lower.rowaxis`).
+    Kept on `graph` (one per partition count): the space and every point's lowering get the same graph
+    object, so its memos (passes, roles, remembered passes) hold across them."""
+    return graph.memo(("normalized", partitions), lambda: _normalized(graph, partitions))
+
+
+def _normalized(graph: Graph, partitions: int) -> Graph:
     undone = _undo_split_tiles(graph)
     return merge_rows(undone, partitions) or undone
 

@@ -76,8 +76,13 @@ def _merged(graph: Graph, rank: int, ones: bool) -> Graph:
             dims = node.type.shape
             merged = TensorType((*dims[:-3], Dim.const(1), dims[-3] * dims[-2], dims[-1]), node.type.dtype)
             remap[node.id] = builder.input(node.attr("name"), merged, node.where, node.attr("range"))
-        elif ones and node.op == "input" and _symbolic_ones(node.type, shape) and not _weight_only(graph, node.id):
-            typed = TensorType(_symbolic_ones(node.type, shape), node.type.dtype)
+        elif (
+            ones
+            and node.op == "input"
+            and (named := _symbolic_ones(node.type, shape))
+            and not _weight_only(graph, node.id)
+        ):
+            typed = TensorType(named, node.type.dtype)
             remap[node.id] = builder.input(node.attr("name"), typed, node.where, node.attr("range"))
         else:
             remap[node.id] = builder.copy_node(node, [remap[i] for i in node.inputs])
